@@ -1,0 +1,86 @@
+"""One error hierarchy for every layer.
+
+Each class carries a stable ``code`` string; the MCP server and the REST gateway put that
+code on the wire, and the remote provider maps it back to the same class, so code written
+against the embedded engine behaves the same remotely.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SandboxError(Exception):
+    """Base of every error agent_sandbox raises on purpose."""
+
+    code = "internal"
+    http_status = 500
+
+    def __init__(self, message: str, *, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details or {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "details": self.details}
+
+
+class NotFoundError(SandboxError):
+    """A sandbox, template, process, file or volume that does not exist."""
+
+    code = "not_found"
+    http_status = 404
+
+
+class InvalidArgumentError(SandboxError):
+    """Malformed or hostile input: bad path, negative limit, unknown option."""
+
+    code = "invalid_argument"
+    http_status = 400
+
+
+class WrongStateError(SandboxError):
+    """The object exists but cannot do that now (e.g. exec in a killed sandbox)."""
+
+    code = "wrong_state"
+    http_status = 409
+
+
+class SandboxTimeoutError(SandboxError, TimeoutError):
+    """An operation ran past its deadline."""
+
+    code = "timeout"
+    http_status = 504
+
+
+class ResourceExhaustedError(SandboxError):
+    """A limit or quota was hit: disk, sandboxes, concurrent calls."""
+
+    code = "resource_exhausted"
+    http_status = 429
+
+
+class RuntimeUnavailableError(SandboxError):
+    """The host cannot run sandboxes: runc missing, no root, kernel feature absent."""
+
+    code = "runtime_unavailable"
+    http_status = 503
+
+
+_BY_CODE: dict[str, type[SandboxError]] = {
+    cls.code: cls
+    for cls in (
+        SandboxError,
+        NotFoundError,
+        InvalidArgumentError,
+        WrongStateError,
+        SandboxTimeoutError,
+        ResourceExhaustedError,
+        RuntimeUnavailableError,
+    )
+}
+
+
+def error_from_code(code: str, message: str, details: dict[str, Any] | None = None) -> SandboxError:
+    """Rebuild the exception class a wire error code stands for."""
+    return _BY_CODE.get(code, SandboxError)(message, details=details)

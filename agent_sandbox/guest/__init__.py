@@ -1,0 +1,1 @@
+"""In-sandbox guest agent and its wire protocol (stdlib only)."""

@@ -1,0 +1,22 @@
+"""The embedded engine as a provider: sandboxes on this host, no server in between."""
+
+from __future__ import annotations
+
+import threading
+
+from agent_sandbox.runtime.engine import Engine
+
+_engine: Engine | None = None
+_guard = threading.Lock()
+
+
+def local_provider() -> Engine:
+    """The process-wide engine (one per process; many processes may share a data dir)."""
+    global _engine
+    with _guard:
+        if _engine is None:
+            _engine = Engine()
+        return _engine
+
+
+__all__ = ["local_provider", "Engine"]

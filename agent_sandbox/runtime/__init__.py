@@ -1,0 +1,1 @@
+"""Host side of the embedded engine: templates, root filesystems, OCI bundles, runc."""

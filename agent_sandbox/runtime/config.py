@@ -1,0 +1,73 @@
+"""Where the engine keeps its state, and the defaults every sandbox gets."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Container root maps to this unprivileged host id (and the 65536 ids after it).
+HOST_ID_BASE = 100000
+HOST_ID_COUNT = 65536
+
+
+def default_data_dir() -> Path:
+    env = os.environ.get("ABX_DATA_DIR")
+    if env:
+        return Path(env)
+    if os.geteuid() == 0:
+        return Path("/var/lib/agent-sandbox")
+    xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(xdg) / "agent-sandbox"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-sandbox resource limits; ``None`` in a create call means "the default"."""
+
+    memory_mb: int = 1024
+    cpu: float = 1.0
+    pids: int = 512
+    disk_mb: int = 2048
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    data_dir: Path = field(default_factory=default_data_dir)
+    limits: Limits = Limits()
+    # Bytes of each output stream kept per command (the tail); the rest is flagged.
+    max_output: int = 1 << 20
+    command_timeout: float = 60.0
+    # Size of the sparse XFS image that holds every sandbox's writable data.
+    pool_size_gb: int = int(os.environ.get("ABX_POOL_GB", "64"))
+    # Keep at least this much of the host filesystem free (refuse to grow past it).
+    host_reserve_mb: int = 2048
+    reaper_interval: float = 2.0
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "state.db"
+
+    @property
+    def templates_dir(self) -> Path:
+        return self.data_dir / "templates"
+
+    @property
+    def sandboxes_dir(self) -> Path:
+        return self.data_dir / "sandboxes"
+
+    @property
+    def idmap_dir(self) -> Path:
+        return self.data_dir / "idmap"
+
+    @property
+    def pool_image(self) -> Path:
+        return self.data_dir / "pool.img"
+
+    @property
+    def pool_dir(self) -> Path:
+        return self.data_dir / "pool"
+
+    @property
+    def runc_root(self) -> Path:
+        return self.data_dir / "runc"

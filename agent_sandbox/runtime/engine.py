@@ -1,0 +1,633 @@
+"""The embedded engine: sandbox lifecycle on one Linux host.
+
+Every sandbox is a detached runc container whose PID 1 is our guest agent. The engine
+keeps its state in SQLite and the sandbox directories, so any number of engine processes
+(an MCP server, the CLI) can share one data dir, and a new process after a crash or
+``kill -9`` finds every sandbox again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from agent_sandbox.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    RuntimeUnavailableError,
+    WrongStateError,
+)
+from agent_sandbox.models import (
+    CommandResult,
+    EntryInfo,
+    ProcessInfo,
+    ProcessOutput,
+    SandboxInfo,
+    TemplateInfo,
+    VolumeInfo,
+)
+from agent_sandbox.runtime import disk, rootfs, validate
+from agent_sandbox.runtime.config import HOST_ID_BASE, EngineConfig, Limits
+from agent_sandbox.runtime.guest_client import ExecResult, GuestClient, GuestUnavailableError
+from agent_sandbox.runtime.oci import DEFAULT_PATH, BundleSpec, build_config
+from agent_sandbox.runtime.runc import Runc
+from agent_sandbox.runtime.store import SandboxRow, Store, VolumeRow
+from agent_sandbox.runtime.templates import Template, TemplateStore
+
+GUEST_DIR = Path(__file__).resolve().parent.parent / "guest"
+_ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+_READY_TIMEOUT = 15.0
+OutputCallback = Callable[[str], None]
+
+
+def _new_id() -> str:
+    return "sbx-" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(10))
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+def _text_callback(cb: OutputCallback | None) -> Callable[[bytes], None] | None:
+    return None if cb is None else (lambda chunk: cb(_decode(chunk)))
+
+
+class Engine:
+    def __init__(self, config: EngineConfig | None = None, *, reaper: bool = True) -> None:
+        if os.geteuid() != 0:
+            raise RuntimeUnavailableError(
+                "the embedded engine needs root (it mounts overlays and runs runc); run as "
+                "root, or use a sandbox daemon / remote gateway via ABX_SANDBOX_BASE_URL"
+            )
+        self.config = config or EngineConfig()
+        data = self.config.data_dir
+        # 0711: the sandboxes' unprivileged root must traverse to its rootfs, never list.
+        for path in (data, self.config.sandboxes_dir):
+            path.mkdir(parents=True, exist_ok=True)
+            os.chmod(path, 0o711)
+        for path in (self._volumes_dir, self.config.idmap_dir):
+            path.mkdir(mode=0o700, exist_ok=True)
+        self.runc = Runc(self.config.runc_root)
+        self.store = Store(self.config.db_path)
+        self.templates = TemplateStore(self.config.templates_dir)
+        self.views = rootfs.IdmapViews(self.config.idmap_dir)
+        self._locks: dict[str, threading.RLock] = {}
+        self._locks_guard = threading.Lock()
+        self._stop = threading.Event()
+        self.recover()
+        self._reaper: threading.Thread | None = None
+        if reaper:
+            self._reaper = threading.Thread(target=self._reap_loop, name="abx-reaper",
+                                            daemon=True)
+            self._reaper.start()
+
+    def close(self) -> None:
+        self._stop.set()
+
+    # paths ------------------------------------------------------------------------------
+    @property
+    def _volumes_dir(self) -> Path:
+        return self.config.data_dir / "volumes"
+
+    def _dir(self, sandbox_id: str) -> Path:
+        return self.config.sandboxes_dir / sandbox_id
+
+    def _volume_image(self, volume_id: str) -> Path:
+        return self._volumes_dir / f"{volume_id}.img"
+
+    def _socket(self, sandbox_id: str) -> str:
+        return str(self._dir(sandbox_id) / "run" / "guest.sock")
+
+    def _lock(self, sandbox_id: str) -> threading.RLock:
+        with self._locks_guard:
+            return self._locks.setdefault(sandbox_id, threading.RLock())
+
+    # templates --------------------------------------------------------------------------
+    def list_templates(self) -> list[TemplateInfo]:
+        return [_template_info(t) for t in self.templates.list()]
+
+    def get_template(self, name: str) -> Template:
+        return self.templates.get(name)
+
+    def remove_template(self, name: str) -> None:
+        in_use = [r.id for r in self.store.list_sandboxes() if r.template == name]
+        if in_use:
+            raise WrongStateError(f"template {name!r} is used by sandboxes {', '.join(in_use)}; "
+                                  "kill them first")
+        self.templates.remove(name)
+
+    # lifecycle --------------------------------------------------------------------------
+    def create(
+        self,
+        template: str = "base",
+        timeout: float = 300,
+        envs: dict[str, str] | None = None,
+        cpu: float | None = None,
+        memory_mb: int | None = None,
+        disk_mb: int | None = None,
+        network: bool = False,
+        persistent: bool = False,
+        metadata: dict[str, str] | None = None,
+        volume: str | None = None,
+        owner: str = "",
+    ) -> SandboxInfo:
+        tmpl = self.templates.get(template)
+        defaults = self.config.limits
+        limits = Limits(
+            memory_mb=validate.positive(memory_mb, "memory_mb", integer=True, maximum=1 << 20)
+            or defaults.memory_mb,
+            cpu=validate.positive(cpu, "cpu", maximum=os.cpu_count() or 1) or defaults.cpu,
+            pids=defaults.pids,
+            disk_mb=validate.positive(disk_mb, "disk_mb", integer=True, maximum=1 << 22)
+            or defaults.disk_mb,
+        )
+        timeout = validate.positive(timeout, "timeout", allow_none=False, maximum=30 * 86400)
+        if not isinstance(network, bool) or not isinstance(persistent, bool):
+            raise InvalidArgumentError("network and persistent must be true or false")
+        if limits.memory_mb < 32:
+            raise InvalidArgumentError("memory_mb must be at least 32")
+        if limits.disk_mb < 16:
+            raise InvalidArgumentError("disk_mb must be at least 16")
+        sandbox_id = _new_id()
+        now = time.time()
+        row = SandboxRow(
+            id=sandbox_id, template=tmpl.name, state="creating", created_at=now, last_used=now,
+            timeout=float(timeout), persistent=persistent, network=network,
+            volume_id=volume or f"vol-{sandbox_id[4:]}", envs=validate.envs(envs),
+            metadata=validate.metadata(metadata), limits=limits.__dict__,
+            layers=[{"target": layer.target, "lowers": layer.lowers} for layer in tmpl.layers],
+            owner=owner,
+        )
+        if volume is not None:
+            found = self.store.get_volume(volume) if isinstance(volume, str) else None
+            if found is None:
+                raise NotFoundError(f"volume {volume!r} not found")
+            if not self.store.claim_volume(volume, sandbox_id):
+                raise WrongStateError(f"volume {volume!r} is attached to sandbox "
+                                      f"{found.attached_to}")
+        sbdir = self._dir(sandbox_id)
+        sbdir.mkdir()
+        # Held for the whole create: recovery treats an unlocked "creating" row as a crash.
+        create_lock = open(sbdir / "create.lock", "w")  # noqa: SIM115
+        fcntl.flock(create_lock, fcntl.LOCK_EX)
+        self.store.insert_sandbox(row)
+        try:
+            if volume is None:
+                disk.create_image(self._volume_image(row.volume_id), limits.disk_mb,
+                                  self.config.data_dir / "blank", self.config.host_reserve_mb)
+                self.store.upsert_volume(VolumeRow(row.volume_id, limits.disk_mb, now,
+                                                   sandbox_id))
+            self._boot(row)
+            self.store.update_sandbox(sandbox_id, state="running", last_used=time.time())
+        except BaseException:
+            self._destroy(row, delete_volume=volume is None)
+            raise
+        finally:
+            create_lock.close()
+        return self.info(sandbox_id)
+
+    def _boot(self, row: SandboxRow) -> None:
+        """Mount disk and root filesystem, write the bundle, start the container."""
+        sbdir = self._dir(row.id)
+        disk.attach(self._volume_image(row.volume_id), sbdir / "disk")
+        rootfs.mount_rootfs(sbdir / "rootfs", sbdir / "disk" / disk.SYSTEM, row.layers,
+                            self.views)
+        run_dir = sbdir / "run"
+        run_dir.mkdir(exist_ok=True)
+        os.chown(run_dir, HOST_ID_BASE, HOST_ID_BASE)
+        sock = Path(self._socket(row.id))
+        sock.unlink(missing_ok=True)
+        tmpl = self._template_for(row)
+        spec = BundleSpec(
+            sandbox_id=row.id, rootfs=str(sbdir / "rootfs"),
+            workspace=str(sbdir / "disk" / disk.WORKSPACE), run_dir=str(run_dir),
+            guest_dir=str(GUEST_DIR), python=tmpl.python, limits=Limits(**row.limits),
+            network=row.network, extra_mounts=tuple(tmpl.mounts),
+        )
+        config = build_config(spec)
+        config["process"]["env"] += [f"{k}={v}" for k, v in tmpl.python_env.items()]
+        (sbdir / "config.json").write_text(json.dumps(config))
+        self.runc.delete(row.id)
+        self.runc.run_detached(row.id, sbdir, sbdir / "guest.log")
+        self._wait_ready(row.id)
+        if row.network:
+            self._start_network(row)
+
+    def _template_for(self, row: SandboxRow) -> Template:
+        try:
+            return self.templates.get(row.template)
+        except NotFoundError:
+            # The template was removed after the sandbox was made: its layers are frozen
+            # in the row; the guest interpreter falls back to the default.
+            return Template(name=row.template, kind="gone", layers=[])
+
+    def _wait_ready(self, sandbox_id: str) -> None:
+        sock = self._socket(sandbox_id)
+        deadline = time.monotonic() + _READY_TIMEOUT
+        client = GuestClient(sock, connect_timeout=1.0)
+        delay = 0.001
+        while True:
+            if os.path.exists(sock):
+                try:
+                    client.ping()
+                    return
+                except GuestUnavailableError:
+                    pass
+            if time.monotonic() > deadline:
+                log = self._dir(sandbox_id) / "guest.log"
+                tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+                raise RuntimeUnavailableError(
+                    f"sandbox {sandbox_id} did not start within {_READY_TIMEOUT:.0f}s; "
+                    f"guest log: {tail.strip() or '(empty)'}"
+                )
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.02)
+
+    def _start_network(self, row: SandboxRow) -> None:
+        """User-mode networking (slirp4netns): outbound only, host loopback unreachable."""
+        state = self.runc.state(row.id)
+        if not state or not shutil.which("slirp4netns"):
+            raise RuntimeUnavailableError("network=True needs slirp4netns "
+                                          "(apt-get install slirp4netns)")
+        log = open(self._dir(row.id) / "slirp.log", "ab")  # noqa: SIM115
+        proc = subprocess.Popen(
+            ["slirp4netns", "--configure", "--mtu=65520", "--disable-host-loopback",
+             str(state["pid"]), "tap0"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+        )
+        log.close()
+        self.store.update_sandbox(row.id, helper_pid=proc.pid)
+
+    def _destroy(self, row: SandboxRow, *, delete_volume: bool) -> None:
+        """Tear everything down; each step tolerates what is already gone."""
+        sbdir = self._dir(row.id)
+        self.runc.delete(row.id)
+        if row.helper_pid:
+            try:
+                os.kill(row.helper_pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        rootfs.unmount_rootfs(sbdir / "rootfs")
+        mnt = sbdir / "disk"
+        volume = self.store.get_volume(row.volume_id)
+        if delete_volume:
+            disk.detach(mnt)
+            self._volume_image(row.volume_id).unlink(missing_ok=True)
+            if volume is not None and volume.attached_to == row.id:
+                self.store.delete_volume(row.volume_id)
+        else:
+            if os.path.ismount(mnt):
+                rootfs.wipe_system_layer(mnt / disk.SYSTEM)
+            disk.detach(mnt)
+            if volume is not None:
+                self.store.upsert_volume(VolumeRow(volume.id, volume.size_mb,
+                                                   volume.created_at, ""))
+        shutil.rmtree(sbdir, ignore_errors=True)
+        self.store.delete_sandbox(row.id)
+
+    def _row(self, sandbox_id: str) -> SandboxRow:
+        validate.sandbox_id(sandbox_id)
+        row = self.store.get_sandbox(sandbox_id)
+        if row is None or row.state == "creating":
+            raise NotFoundError(f"sandbox {sandbox_id} not found (it may have been killed)")
+        return row
+
+    def info(self, sandbox_id: str) -> SandboxInfo:
+        return self._info(self._row(sandbox_id))
+
+    def _info(self, row: SandboxRow) -> SandboxInfo:
+        return SandboxInfo(
+            sandbox_id=row.id, template=row.template, state=row.state,
+            created_at=row.created_at, last_used=row.last_used, timeout=row.timeout,
+            persistent=row.persistent, network=row.network, volume_id=row.volume_id,
+            metadata=row.metadata, envs=row.envs, limits=row.limits,
+            enforced={"memory": True, "pids": True, "cpu": True, "disk": True},
+        )
+
+    def list(self, template: str | None = None, state: str | None = None,
+             owner: str | None = None) -> list[SandboxInfo]:
+        if state is not None and state not in ("running", "paused"):
+            raise InvalidArgumentError(f"state must be 'running' or 'paused', got {state!r}")
+        return [
+            self._info(r) for r in self.store.list_sandboxes()
+            if r.state != "creating"
+            and (template is None or r.template == template)
+            and (state is None or r.state == state)
+            and (owner is None or r.owner == owner)
+        ]
+
+    def pause(self, sandbox_id: str) -> SandboxInfo:
+        with self._lock(sandbox_id):
+            row = self._row(sandbox_id)
+            if row.state == "paused":
+                return self._info(row)
+            self._ensure_container(row)
+            self.runc.pause(sandbox_id)
+            self.store.update_sandbox(sandbox_id, state="paused")
+        return self.info(sandbox_id)
+
+    def resume(self, sandbox_id: str) -> SandboxInfo:
+        self._guest(sandbox_id)
+        return self.info(sandbox_id)
+
+    def set_timeout(self, sandbox_id: str, timeout: float) -> None:
+        timeout = validate.positive(timeout, "timeout", allow_none=False, maximum=30 * 86400)
+        self._row(sandbox_id)
+        self.store.update_sandbox(sandbox_id, timeout=float(timeout), last_used=time.time())
+
+    def reset_rootfs(self, sandbox_id: str) -> SandboxInfo:
+        """Wipe the system layer (every change outside /workspace); same id, same volume."""
+        with self._lock(sandbox_id):
+            row = self._row(sandbox_id)
+            sbdir = self._dir(sandbox_id)
+            self.runc.delete(sandbox_id)
+            rootfs.unmount_rootfs(sbdir / "rootfs")
+            disk.attach(self._volume_image(row.volume_id), sbdir / "disk")
+            rootfs.wipe_system_layer(sbdir / "disk" / disk.SYSTEM)
+            self._boot(row)
+            self.store.update_sandbox(sandbox_id, state="running", last_used=time.time())
+        return self.info(sandbox_id)
+
+    def kill(self, sandbox_id: str, delete_volume: bool = False) -> None:
+        with self._lock(sandbox_id):
+            row = self._row(sandbox_id)
+            self.store.update_sandbox(sandbox_id, state="creating")  # hide it from now on
+            self._destroy(row, delete_volume=delete_volume)
+        with self._locks_guard:
+            self._locks.pop(sandbox_id, None)
+
+    # volumes ----------------------------------------------------------------------------
+    def list_volumes(self) -> list[VolumeInfo]:
+        return [VolumeInfo(volume_id=v.id, size_mb=v.size_mb, created_at=v.created_at,
+                           attached_to=v.attached_to) for v in self.store.list_volumes()]
+
+    def delete_volume(self, volume_id: str) -> None:
+        found = self.store.get_volume(volume_id) if isinstance(volume_id, str) else None
+        if found is None:
+            raise NotFoundError(f"volume {volume_id!r} not found")
+        if found.attached_to:
+            raise WrongStateError(f"volume {volume_id} is attached to {found.attached_to}")
+        self._volume_image(volume_id).unlink(missing_ok=True)
+        self.store.delete_volume(volume_id)
+
+    # the guest --------------------------------------------------------------------------
+    def _ensure_container(self, row: SandboxRow) -> str:
+        """The container's runc status, rebooting it if it is gone (host reboot, crash)."""
+        state = self.runc.state(row.id)
+        status = state["status"] if state else "missing"
+        if status in ("running", "paused"):
+            return status
+        with self._lock(row.id):
+            state = self.runc.state(row.id)
+            if state and state["status"] in ("running", "paused"):
+                return state["status"]
+            rootfs.unmount_rootfs(self._dir(row.id) / "rootfs")
+            self._boot(row)
+            self.store.update_sandbox(row.id, state="running")
+            return "running"
+
+    def _guest(self, sandbox_id: str) -> GuestClient:
+        """A client for a running sandbox: resumes a paused one, extends its life."""
+        row = self._row(sandbox_id)
+        if row.state == "paused" or not os.path.exists(self._socket(sandbox_id)):
+            with self._lock(sandbox_id):
+                row = self._row(sandbox_id)
+                if self._ensure_container(row) == "paused":
+                    self.runc.resume(sandbox_id)
+                self.store.update_sandbox(sandbox_id, state="running", last_used=time.time())
+        else:
+            self.store.touch(sandbox_id)
+        return GuestClient(self._socket(sandbox_id))
+
+    def _call(self, sandbox_id: str, fn: Callable[[GuestClient], Any]) -> Any:
+        """Run a guest operation; if the guest is gone (OOM, crash), reboot it once."""
+        client = self._guest(sandbox_id)
+        try:
+            return fn(client)
+        except GuestUnavailableError:
+            row = self._row(sandbox_id)
+            state = self.runc.state(sandbox_id)
+            if state and state["status"] in ("running", "paused"):
+                raise
+            self._ensure_container(row)
+            return fn(GuestClient(self._socket(sandbox_id)))
+
+    def _env(self, row: SandboxRow, extra: dict[str, str] | None) -> dict[str, str]:
+        tmpl = self._template_for(row)
+        env = {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8", "TERM": "xterm",
+               "SANDBOX_ID": row.id}
+        env.update(tmpl.env)
+        env.update(row.envs)
+        env.update(validate.envs(extra))
+        return env
+
+    def run(
+        self,
+        sandbox_id: str,
+        cmd: str,
+        cwd: str | None = None,
+        envs: dict[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: str | bytes | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> CommandResult:
+        cmd = validate.command(cmd)
+        row = self._row(sandbox_id)
+        cwd = validate.path(cwd or self._template_for(row).workdir, "cwd")
+        timeout = validate.positive(timeout, "timeout", maximum=86400) or \
+            self.config.command_timeout
+        env = self._env(row, envs)
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        result: ExecResult = self._call(sandbox_id, lambda g: g.exec(
+            ["/bin/sh", "-c", cmd], cwd=cwd, env=env, timeout=timeout,
+            max_output=self.config.max_output, stdin=data,
+            on_stdout=_text_callback(on_stdout), on_stderr=_text_callback(on_stderr),
+        ))
+        self.store.touch(sandbox_id)
+        return _command_result(result)
+
+    def start(self, sandbox_id: str, cmd: str, cwd: str | None = None,
+              envs: dict[str, str] | None = None) -> int:
+        cmd = validate.command(cmd)
+        row = self._row(sandbox_id)
+        cwd = validate.path(cwd or self._template_for(row).workdir, "cwd")
+        env = self._env(row, envs)
+        return self._call(sandbox_id, lambda g: g.start(
+            ["/bin/sh", "-c", cmd], cwd=cwd, env=env, max_output=self.config.max_output,
+            stdin_open=True,
+        ))
+
+    def process_output(self, sandbox_id: str, pid: int) -> ProcessOutput:
+        pid = validate.positive(pid, "pid", allow_none=False, integer=True)
+        out = self._call(sandbox_id, lambda g: g.output(pid))
+        return ProcessOutput(pid=pid, stdout=_decode(out.stdout), stderr=_decode(out.stderr),
+                             running=out.running, exit_code=out.exit_code,
+                             truncated=out.truncated)
+
+    def wait(self, sandbox_id: str, pid: int, timeout: float | None = None,
+             on_stdout: OutputCallback | None = None,
+             on_stderr: OutputCallback | None = None) -> CommandResult:
+        pid = validate.positive(pid, "pid", allow_none=False, integer=True)
+        timeout = validate.positive(timeout, "timeout")
+        result = self._call(sandbox_id, lambda g: g.wait(
+            pid, timeout=timeout, on_stdout=_text_callback(on_stdout),
+            on_stderr=_text_callback(on_stderr)))
+        return _command_result(result)
+
+    def kill_process(self, sandbox_id: str, pid: int, sig: int = signal.SIGKILL) -> bool:
+        pid = validate.positive(pid, "pid", allow_none=False, integer=True)
+        return self._call(sandbox_id, lambda g: g.kill(pid, int(sig)))
+
+    def send_stdin(self, sandbox_id: str, pid: int, data: str | bytes,
+                   close: bool = False) -> None:
+        pid = validate.positive(pid, "pid", allow_none=False, integer=True)
+        raw = data.encode() if isinstance(data, str) else data
+        self._call(sandbox_id, lambda g: g.send_stdin(pid, raw, close=close))
+
+    def processes(self, sandbox_id: str) -> list[ProcessInfo]:
+        procs = self._call(sandbox_id, lambda g: g.ps())
+        return [ProcessInfo(pid=p["pid"], cmd=_argv_text(p["argv"]), running=p["running"],
+                            exit_code=p.get("exit_code"), started_at=p.get("started_at", 0))
+                for p in procs]
+
+    def custom(self, sandbox_id: str, name: str, args: list[str] | None = None,
+               **kw: Any) -> CommandResult:
+        row = self._row(sandbox_id)
+        commands = self._template_for(row).commands
+        if name not in commands:
+            known = ", ".join(sorted(commands)) or "none"
+            raise NotFoundError(f"template {row.template!r} has no custom command {name!r} "
+                                f"(available: {known})")
+        if args is not None and not all(isinstance(a, str) for a in args):
+            raise InvalidArgumentError("custom command args must be strings")
+        cmd = commands[name]["cmd"] + "".join(" " + shlex.quote(a) for a in args or [])
+        return self.run(sandbox_id, cmd, **kw)
+
+    # files ------------------------------------------------------------------------------
+    def read_file(self, sandbox_id: str, path: str, offset: int = 0,
+                  limit: int | None = None) -> Iterator[bytes]:
+        path = validate.path(path)
+        if not isinstance(offset, int) or offset < 0:
+            raise InvalidArgumentError(f"offset must be a whole number >= 0, got {offset!r}")
+        limit = validate.positive(limit, "limit", integer=True)
+        client = self._guest(sandbox_id)
+        chunks = client.read(path, offset=offset, limit=limit)
+        # Pull the first chunk now so errors (missing file) surface at the call site.
+        first = next(chunks, None)
+
+        def stream() -> Iterator[bytes]:
+            if first is not None:
+                yield first
+            yield from chunks
+
+        return stream()
+
+    def write_file(self, sandbox_id: str, path: str,
+                   data: bytes | str | Iterable[bytes] | IO[bytes], mode: int = 0o644) -> int:
+        path = validate.path(path)
+        if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o7777:
+            raise InvalidArgumentError(f"mode must be a permission number such as 0o644, "
+                                       f"got {mode!r}")
+        payload = data.encode() if isinstance(data, str) else data
+        return self._guest(sandbox_id).write(path, payload, mode=mode)
+
+    def list_files(self, sandbox_id: str, path: str, depth: int = 1) -> list[EntryInfo]:
+        path = validate.path(path)
+        depth = validate.positive(depth, "depth", allow_none=False, integer=True, maximum=64)
+        return [_entry(e) for e in self._guest(sandbox_id).list(path, depth=depth)]
+
+    def stat(self, sandbox_id: str, path: str) -> EntryInfo:
+        return _entry(self._guest(sandbox_id).stat(validate.path(path)))
+
+    def exists(self, sandbox_id: str, path: str) -> bool:
+        return self._guest(sandbox_id).exists(validate.path(path))
+
+    def make_dir(self, sandbox_id: str, path: str) -> None:
+        self._guest(sandbox_id).mkdir(validate.path(path), parents=True)
+
+    def remove(self, sandbox_id: str, path: str) -> None:
+        self._guest(sandbox_id).remove(validate.path(path), recursive=True)
+
+    def rename(self, sandbox_id: str, src: str, dst: str) -> None:
+        self._guest(sandbox_id).rename(validate.path(src, "source path"),
+                                       validate.path(dst, "destination path"))
+
+    # recovery and the reaper ------------------------------------------------------------
+    def recover(self) -> None:
+        """Clean up after crashes: half-made sandboxes, orphan containers, mounts, dirs."""
+        rows = {r.id: r for r in self.store.list_sandboxes()}
+        for row in rows.values():
+            if row.state == "creating" and self._creator_gone(row.id):
+                self._destroy(row, delete_volume=row.volume_id == f"vol-{row.id[4:]}")
+        live = {r.id for r in self.store.list_sandboxes()}
+        for container_id in self.runc.list_ids():
+            if container_id not in live:
+                self.runc.delete(container_id)
+        for sbdir in self.config.sandboxes_dir.iterdir():
+            if sbdir.name not in live and self._creator_gone(sbdir.name):
+                rootfs.unmount_rootfs(sbdir)
+                shutil.rmtree(sbdir, ignore_errors=True)
+
+    def _creator_gone(self, sandbox_id: str) -> bool:
+        lock_path = self._dir(sandbox_id) / "create.lock"
+        if not lock_path.exists():
+            return True
+        with open(lock_path, "a") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            return True
+
+    def reap_once(self) -> None:
+        """Auto-pause sandboxes idle past their timeout."""
+        now = time.time()
+        for row in self.store.list_sandboxes():
+            if row.state == "running" and row.last_used + row.timeout < now:
+                try:
+                    self.pause(row.id)
+                except Exception:  # noqa: BLE001 - one bad sandbox must not stop the reaper
+                    continue
+
+    def _reap_loop(self) -> None:
+        while not self._stop.wait(self.config.reaper_interval):
+            try:
+                self.reap_once()
+            except Exception:  # noqa: BLE001 - keep reaping whatever happened
+                continue
+
+
+def _argv_text(argv: list[str]) -> str:
+    if len(argv) == 3 and argv[:2] == ["/bin/sh", "-c"]:
+        return argv[2]
+    return shlex.join(argv)
+
+
+def _command_result(result: ExecResult) -> CommandResult:
+    return CommandResult(exit_code=result.exit_code, stdout=_decode(result.stdout),
+                         stderr=_decode(result.stderr), truncated=result.truncated,
+                         timed_out=result.timed_out, pid=result.pid)
+
+
+def _entry(raw: dict[str, Any]) -> EntryInfo:
+    return EntryInfo(name=raw["name"], path=raw["path"], type=raw["type"], size=raw["size"],
+                     mode=raw["mode"], mtime=raw["mtime"], symlink_target=raw.get("target"))
+
+
+def _template_info(t: Template) -> TemplateInfo:
+    return TemplateInfo(name=t.name, kind=t.kind, description=t.description, env=t.env,
+                        workdir=t.workdir, commands=t.commands, has_kernel=t.kernel is not None,
+                        created_at=t.created_at)

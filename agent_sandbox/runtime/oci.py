@@ -1,0 +1,124 @@
+"""Writes the OCI runtime ``config.json`` for one sandbox from our isolation policy."""
+
+from __future__ import annotations
+
+import resource
+from dataclasses import dataclass
+from typing import Any
+
+from agent_sandbox.runtime.config import HOST_ID_BASE, HOST_ID_COUNT, Limits
+from agent_sandbox.runtime.seccomp import seccomp_profile
+
+GUEST_DIR = "/.abx/guest"
+GUEST_RUN_DIR = "/.abx/run"
+GUEST_SOCKET = f"{GUEST_RUN_DIR}/guest.sock"
+
+# What a root user inside an ordinary container keeps, less NET_RAW and MKNOD.
+CAPABILITIES = [
+    "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_SETGID", "CAP_SETUID",
+    "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL",
+    "CAP_AUDIT_WRITE",
+]
+
+MASKED_PATHS = [
+    "/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+    "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+    "/sys/firmware", "/sys/devices/virtual/powercap", "/sys/kernel/debug",
+]
+READONLY_PATHS = [
+    "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+]
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True)
+class BundleSpec:
+    sandbox_id: str
+    rootfs: str
+    workspace: str
+    run_dir: str
+    guest_dir: str
+    python: list[str]
+    limits: Limits
+    network: bool
+    extra_mounts: tuple[dict[str, Any], ...] = ()
+
+
+def _bind(source: str, dest: str, *, readonly: bool) -> dict[str, Any]:
+    opts = ["rbind", "nosuid", "nodev"] + (["ro"] if readonly else ["rw"])
+    return {"destination": dest, "type": "bind", "source": source, "options": opts}
+
+
+def _mounts(spec: BundleSpec) -> list[dict[str, Any]]:
+    return [
+        {"destination": "/proc", "type": "proc", "source": "proc",
+         "options": ["nosuid", "noexec", "nodev"]},
+        {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+         "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+        {"destination": "/dev/pts", "type": "devpts", "source": "devpts",
+         "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]},
+        {"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
+         "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
+        {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue",
+         "options": ["nosuid", "noexec", "nodev"]},
+        {"destination": "/sys", "type": "sysfs", "source": "sysfs",
+         "options": ["nosuid", "noexec", "nodev", "ro"]},
+        _bind(spec.workspace, "/workspace", readonly=False),
+        _bind(spec.guest_dir, GUEST_DIR, readonly=True),
+        _bind(spec.run_dir, GUEST_RUN_DIR, readonly=False),
+        *spec.extra_mounts,
+    ]
+
+
+def _resources(limits: Limits) -> dict[str, Any]:
+    memory = limits.memory_mb * 1024 * 1024
+    period = 100_000
+    return {
+        "devices": [{"allow": False, "access": "rwm"}],
+        # swap == limit: no swap beyond the memory limit.
+        "memory": {"limit": memory, "swap": memory},
+        "pids": {"limit": limits.pids},
+        "cpu": {"quota": int(limits.cpu * period), "period": period, "shares": 1024},
+    }
+
+
+def _nofile() -> int:
+    # Raising past our own hard limit needs privileges the sandbox's userns lacks.
+    return min(65536, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+
+
+def build_config(spec: BundleSpec) -> dict[str, Any]:
+    id_map = [{"containerID": 0, "hostID": HOST_ID_BASE, "size": HOST_ID_COUNT}]
+    namespaces = [{"type": t} for t in ("pid", "ipc", "uts", "mount", "user", "network")]
+    return {
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": False,
+            "user": {"uid": 0, "gid": 0},
+            "args": [*spec.python, f"{GUEST_DIR}/agent.py", "--unix", GUEST_SOCKET],
+            "env": [f"PATH={DEFAULT_PATH}", "HOME=/root", "LANG=C.UTF-8"],
+            "cwd": "/",
+            "capabilities": {k: CAPABILITIES for k in
+                             ("bounding", "effective", "permitted")},
+            "rlimits": [
+                {"type": "RLIMIT_NOFILE", "hard": _nofile(), "soft": _nofile()},
+                {"type": "RLIMIT_CORE", "hard": 0, "soft": 0},
+            ],
+            "noNewPrivileges": True,
+            "oomScoreAdj": 0,
+        },
+        "root": {"path": spec.rootfs, "readonly": False},
+        "hostname": spec.sandbox_id,
+        "mounts": _mounts(spec),
+        "linux": {
+            "uidMappings": id_map,
+            "gidMappings": id_map,
+            "namespaces": namespaces,
+            "cgroupsPath": f"/abx/{spec.sandbox_id}",
+            "resources": _resources(spec.limits),
+            "seccomp": seccomp_profile(),
+            "maskedPaths": MASKED_PATHS,
+            "readonlyPaths": READONLY_PATHS,
+        },
+    }

@@ -1,0 +1,118 @@
+"""Assembles a sandbox's root filesystem: one overlay per template layer.
+
+Lowers are idmapped read-only views of template directories (host uid 0 shows as the
+sandbox's root); uppers live on the sandbox's own disk under ``sys/``, so wiping that
+directory is all ``reset_rootfs`` needs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from agent_sandbox.runtime import syscalls
+from agent_sandbox.runtime.config import HOST_ID_BASE, HOST_ID_COUNT
+
+_MS_NODEV = 4
+
+
+@contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+class IdmapViews:
+    """Idmapped read-only views of template directories, mounted once per boot."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._known: dict[str, str] = {}
+
+    def view(self, host_path: str) -> str:
+        if host_path not in self._known:
+            self.prepare([host_path])
+        return self._known[host_path]
+
+    def prepare(self, paths: list[str]) -> None:
+        """Mount every missing view with one user namespace (cheaper than one each)."""
+        missing = [p for p in paths if p not in self._known]
+        if not missing:
+            return
+        with _file_lock(self.root / ".lock"):
+            todo = []
+            for host_path in missing:
+                name = hashlib.sha256(host_path.encode()).hexdigest()[:16]
+                target = self.root / name
+                if not os.path.ismount(target):
+                    todo.append((host_path, target))
+                self._known[host_path] = str(target)
+            if todo:
+                with syscalls.UsernsHolder(HOST_ID_BASE, HOST_ID_COUNT) as ns:
+                    for host_path, target in todo:
+                        target.mkdir(parents=True, exist_ok=True)
+                        syscalls.idmapped_bind(host_path, str(target), ns.fd)
+
+
+def _layer_dirs(system_dir: Path, index: int) -> tuple[Path, Path]:
+    return system_dir / "upper" / str(index), system_dir / "work" / str(index)
+
+
+def mount_rootfs(rootfs: Path, system_dir: Path, layers: list[dict[str, Any]],
+                 views: IdmapViews) -> None:
+    """Mount every layer's overlay under ``rootfs`` (``/`` first, then deeper targets)."""
+    views.prepare([lower for layer in layers for lower in layer["lowers"]])
+    rootfs.mkdir(parents=True, exist_ok=True)
+    order = sorted(range(len(layers)), key=lambda i: layers[i]["target"].count("/")
+                   if layers[i]["target"] != "/" else 0)
+    for index in order:
+        layer = layers[index]
+        upper, work = _layer_dirs(system_dir, index)
+        for path in (upper, work):
+            if not path.exists():
+                path.mkdir(parents=True)
+                os.chown(path, HOST_ID_BASE, HOST_ID_BASE)
+        target = rootfs / layer["target"].lstrip("/")
+        if os.path.ismount(target):
+            continue
+        lowers = ":".join(views.view(lower) for lower in layer["lowers"])
+        syscalls.mount("overlay", str(target), "overlay", _MS_NODEV,
+                       f"lowerdir={lowers},upperdir={upper},workdir={work}")
+
+
+def unmount_rootfs(rootfs: Path) -> None:
+    """Unmount everything at or below ``rootfs``, deepest first."""
+    prefix = str(rootfs)
+    targets = []
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            mountpoint = line.split()[4].replace("\\040", " ")
+            if mountpoint == prefix or mountpoint.startswith(prefix + "/"):
+                targets.append(mountpoint)
+    for target in sorted(targets, key=len, reverse=True):
+        try:
+            syscalls.umount(target)
+        except OSError:
+            syscalls.umount(target, lazy=True)
+
+
+def wipe_system_layer(system_dir: Path) -> None:
+    """Throw the system layer away: rename (instant), then delete."""
+    if not system_dir.exists():
+        return
+    trash = system_dir.with_name(f".trash-{os.getpid()}-{os.urandom(4).hex()}")
+    os.replace(system_dir, trash)
+    system_dir.mkdir()
+    os.chown(system_dir, HOST_ID_BASE, HOST_ID_BASE)
+    shutil.rmtree(trash, ignore_errors=True)

@@ -1,0 +1,70 @@
+"""Thin driver for the ``runc`` binary: one container per sandbox, detached."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from agent_sandbox.errors import RuntimeUnavailableError
+
+
+class Runc:
+    def __init__(self, state_root: Path) -> None:
+        binary = shutil.which("runc") or shutil.which("runc", path="/usr/sbin:/usr/bin:/sbin")
+        if binary is None:
+            raise RuntimeUnavailableError(
+                "runc is not installed: run the README's setup command "
+                "(or `apt-get install runc`)"
+            )
+        self.binary = binary
+        self.state_root = state_root
+        state_root.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    def _run(self, *args: str, check: bool = True, **kw: Any) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([self.binary, "--root", str(self.state_root), *args],
+                              capture_output=True, text=True, **kw)
+        if check and proc.returncode != 0:
+            raise RuntimeUnavailableError(
+                f"runc {args[0]} failed: {proc.stderr.strip() or proc.stdout.strip()}"
+            )
+        return proc
+
+    def run_detached(self, container_id: str, bundle: Path, log: Path) -> None:
+        # The container inherits runc's stdio: a file, never a pipe (a pipe would stay
+        # open as long as the sandbox lives and tie it to us).
+        runc_log = bundle / "runc.log"
+        with open(log, "ab") as out, open(os.devnull, "rb") as null:
+            proc = subprocess.run(
+                [self.binary, "--root", str(self.state_root), "--log", str(runc_log),
+                 "run", "--detach", "--bundle", str(bundle), container_id],
+                stdin=null, stdout=out, stderr=out, start_new_session=True,
+            )
+        if proc.returncode != 0:
+            detail = runc_log.read_text(errors="replace")[-1500:] if runc_log.exists() else ""
+            raise RuntimeUnavailableError(f"runc run failed: {detail.strip()}")
+
+    def state(self, container_id: str) -> dict[str, Any] | None:
+        proc = self._run("state", container_id, check=False)
+        if proc.returncode != 0:
+            return None
+        return json.loads(proc.stdout)
+
+    def pause(self, container_id: str) -> None:
+        self._run("pause", container_id)
+
+    def resume(self, container_id: str) -> None:
+        self._run("resume", container_id)
+
+    def delete(self, container_id: str) -> None:
+        """Kill and remove, whatever state it is in; absent is fine."""
+        self._run("delete", "--force", container_id, check=False)
+
+    def list_ids(self) -> list[str]:
+        proc = self._run("list", "--format", "json", check=False)
+        if proc.returncode != 0 or not proc.stdout.strip():
+            return []
+        return [c["id"] for c in json.loads(proc.stdout) or []]

@@ -1,0 +1,181 @@
+"""SQLite state: one row per sandbox and per kept volume. Survives any engine restart."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sandboxes (
+    id TEXT PRIMARY KEY,
+    template TEXT NOT NULL,
+    state TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    last_used REAL NOT NULL,
+    timeout REAL NOT NULL,
+    persistent INTEGER NOT NULL,
+    network INTEGER NOT NULL,
+    owner TEXT NOT NULL DEFAULT '',
+    volume_id TEXT NOT NULL,
+    envs TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    limits TEXT NOT NULL,
+    layers TEXT NOT NULL,
+    helper_pid INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS volumes (
+    id TEXT PRIMARY KEY,
+    size_mb INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    attached_to TEXT NOT NULL DEFAULT ''
+);
+"""
+
+
+@dataclass
+class SandboxRow:
+    id: str
+    template: str
+    state: str
+    created_at: float
+    last_used: float
+    timeout: float
+    persistent: bool
+    network: bool
+    volume_id: str
+    envs: dict[str, str] = field(default_factory=dict)
+    metadata: dict[str, str] = field(default_factory=dict)
+    limits: dict[str, Any] = field(default_factory=dict)
+    # The overlay plan, frozen at create so a remount after reboot uses the same lowers.
+    layers: list[dict[str, Any]] = field(default_factory=list)
+    owner: str = ""
+    helper_pid: int = 0
+
+
+@dataclass
+class VolumeRow:
+    id: str
+    size_mb: int
+    created_at: float
+    attached_to: str = ""
+
+
+_JSON_FIELDS = ("envs", "metadata", "limits", "layers")
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), timeout=30, check_same_thread=False,
+                                   isolation_level=None)
+        self._lock = threading.Lock()
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        path.chmod(0o600)
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    # sandboxes -------------------------------------------------------------------------
+    def insert_sandbox(self, row: SandboxRow) -> None:
+        data = asdict(row)
+        for key in _JSON_FIELDS:
+            data[key] = json.dumps(data[key])
+        cols = ", ".join(data)
+        marks = ", ".join(f":{k}" for k in data)
+        with self._tx() as db:
+            db.execute(f"INSERT INTO sandboxes ({cols}) VALUES ({marks})", data)
+
+    def update_sandbox(self, sandbox_id: str, **changes: Any) -> None:
+        for key in _JSON_FIELDS:
+            if key in changes:
+                changes[key] = json.dumps(changes[key])
+        sets = ", ".join(f"{k} = :{k}" for k in changes)
+        with self._tx() as db:
+            db.execute(f"UPDATE sandboxes SET {sets} WHERE id = :_id",
+                       {**changes, "_id": sandbox_id})
+
+    def touch(self, sandbox_id: str) -> None:
+        with self._lock:
+            self._db.execute("UPDATE sandboxes SET last_used = ? WHERE id = ?",
+                             (time.time(), sandbox_id))
+
+    def delete_sandbox(self, sandbox_id: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM sandboxes WHERE id = ?", (sandbox_id,))
+
+    def get_sandbox(self, sandbox_id: str) -> SandboxRow | None:
+        with self._lock:
+            cur = self._db.execute("SELECT * FROM sandboxes WHERE id = ?", (sandbox_id,))
+            rows = self._rows(cur)
+        return rows[0] if rows else None
+
+    def list_sandboxes(self) -> list[SandboxRow]:
+        with self._lock:
+            cur = self._db.execute("SELECT * FROM sandboxes ORDER BY created_at")
+            return self._rows(cur)
+
+    @staticmethod
+    def _rows(cur: sqlite3.Cursor) -> list[SandboxRow]:
+        names = [d[0] for d in cur.description]
+        out = []
+        for values in cur.fetchall():
+            data = dict(zip(names, values, strict=True))
+            for key in _JSON_FIELDS:
+                data[key] = json.loads(data[key])
+            data["persistent"] = bool(data["persistent"])
+            data["network"] = bool(data["network"])
+            out.append(SandboxRow(**data))
+        return out
+
+    # volumes ---------------------------------------------------------------------------
+    def upsert_volume(self, row: VolumeRow) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO volumes (id, size_mb, created_at, attached_to) VALUES (?,?,?,?) "
+                "ON CONFLICT(id) DO UPDATE SET attached_to = excluded.attached_to",
+                (row.id, row.size_mb, row.created_at, row.attached_to),
+            )
+
+    def claim_volume(self, volume_id: str, sandbox_id: str) -> VolumeRow | None:
+        """Attach a detached volume atomically; ``None`` if missing or in use."""
+        with self._tx() as db:
+            cur = db.execute("SELECT id, size_mb, created_at, attached_to FROM volumes "
+                             "WHERE id = ?", (volume_id,))
+            found = cur.fetchone()
+            if found is None or found[3]:
+                return None
+            db.execute("UPDATE volumes SET attached_to = ? WHERE id = ?", (sandbox_id, volume_id))
+            return VolumeRow(found[0], found[1], found[2], sandbox_id)
+
+    def get_volume(self, volume_id: str) -> VolumeRow | None:
+        with self._lock:
+            cur = self._db.execute("SELECT id, size_mb, created_at, attached_to FROM volumes "
+                                   "WHERE id = ?", (volume_id,))
+            found = cur.fetchone()
+        return VolumeRow(*found) if found else None
+
+    def list_volumes(self) -> list[VolumeRow]:
+        with self._lock:
+            cur = self._db.execute("SELECT id, size_mb, created_at, attached_to FROM volumes")
+            return [VolumeRow(*r) for r in cur.fetchall()]
+
+    def delete_volume(self, volume_id: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM volumes WHERE id = ?", (volume_id,))

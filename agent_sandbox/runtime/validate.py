@@ -1,0 +1,81 @@
+"""Input checks shared by every engine entry point: bad input fails loudly, early."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from agent_sandbox.errors import InvalidArgumentError
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SANDBOX_ID = re.compile(r"^sbx-[a-z0-9]{10}$")
+
+
+def sandbox_id(value: Any) -> str:
+    if not isinstance(value, str) or not _SANDBOX_ID.match(value):
+        raise InvalidArgumentError(
+            f"invalid sandbox id {value!r}: ids look like 'sbx-' followed by 10 lowercase "
+            "letters or digits (see list_sandboxes)"
+        )
+    return value
+
+
+def path(value: Any, what: str = "path") -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidArgumentError(f"{what} must be a non-empty string, got {value!r}")
+    if "\x00" in value:
+        raise InvalidArgumentError(f"{what} contains a NUL byte")
+    if not value.startswith("/"):
+        raise InvalidArgumentError(
+            f"{what} {value!r} is relative: give an absolute path such as /workspace/{value}"
+        )
+    if len(value) > 4096:
+        raise InvalidArgumentError(f"{what} is longer than 4096 characters")
+    return value
+
+
+def envs(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidArgumentError(f"envs must be a mapping of names to strings, got {value!r}")
+    for key, val in value.items():
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            raise InvalidArgumentError(f"invalid environment variable name {key!r}")
+        if not isinstance(val, str) or "\x00" in val:
+            raise InvalidArgumentError(f"environment variable {key} must be a string "
+                                       "without NUL bytes")
+    return dict(value)
+
+
+def metadata(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise InvalidArgumentError("metadata must be a mapping of strings to strings")
+    return dict(value)
+
+
+def positive(value: Any, what: str, *, allow_none: bool = True, maximum: float | None = None,
+             integer: bool = False) -> Any:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgumentError(f"{what} must be a number, got {value!r}")
+    if integer and not float(value).is_integer():
+        raise InvalidArgumentError(f"{what} must be a whole number, got {value!r}")
+    if not value > 0:
+        raise InvalidArgumentError(f"{what} must be greater than 0, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise InvalidArgumentError(f"{what} must be at most {maximum}, got {value!r}")
+    return int(value) if integer else value
+
+
+def command(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidArgumentError("command must be a non-empty string")
+    if "\x00" in value:
+        raise InvalidArgumentError("command contains a NUL byte")
+    return value

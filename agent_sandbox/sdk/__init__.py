@@ -1,0 +1,25 @@
+"""The public Python API: ``Sandbox`` (sync) and ``AsyncSandbox`` (async), shaped like E2B's."""
+
+from agent_sandbox.models import (
+    CommandResult,
+    EntryInfo,
+    ProcessInfo,
+    ProcessOutput,
+    SandboxInfo,
+    TemplateInfo,
+)
+from agent_sandbox.sdk.async_sandbox import AsyncSandbox
+from agent_sandbox.sdk.commands import CommandHandle
+from agent_sandbox.sdk.sandbox import Sandbox
+
+__all__ = [
+    "AsyncSandbox",
+    "CommandHandle",
+    "CommandResult",
+    "EntryInfo",
+    "ProcessInfo",
+    "ProcessOutput",
+    "Sandbox",
+    "SandboxInfo",
+    "TemplateInfo",
+]

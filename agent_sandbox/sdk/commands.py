@@ -1,0 +1,94 @@
+"""``sandbox.commands``: run shell commands, in the foreground or the background."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Literal, overload
+
+from agent_sandbox.models import CommandResult, ProcessInfo, ProcessOutput
+from agent_sandbox.providers.base import OutputCallback, Provider
+
+
+class CommandHandle:
+    """A background command: it keeps running after the call that started it returns."""
+
+    def __init__(self, provider: Provider, sandbox_id: str, pid: int,
+                 on_stdout: OutputCallback | None = None,
+                 on_stderr: OutputCallback | None = None) -> None:
+        self._provider = provider
+        self._sandbox_id = sandbox_id
+        self.pid = pid
+        self._tail: threading.Thread | None = None
+        if on_stdout or on_stderr:
+            # Stream to the callbacks from a thread, as E2B does for background commands.
+            self._tail = threading.Thread(
+                target=self._provider.wait, args=(sandbox_id, pid),
+                kwargs={"on_stdout": on_stdout, "on_stderr": on_stderr},
+                name=f"abx-tail-{pid}", daemon=True)
+            self._tail.start()
+
+    def wait(self, timeout: float | None = None, on_stdout: OutputCallback | None = None,
+             on_stderr: OutputCallback | None = None) -> CommandResult:
+        """Block until the command ends (or ``timeout`` seconds pass; it keeps running)."""
+        return self._provider.wait(self._sandbox_id, self.pid, timeout=timeout,
+                                   on_stdout=on_stdout, on_stderr=on_stderr)
+
+    def output(self) -> ProcessOutput:
+        """Everything it printed so far (the tail, if it printed more than the budget)."""
+        return self._provider.process_output(self._sandbox_id, self.pid)
+
+    def kill(self) -> bool:
+        return self._provider.kill_process(self._sandbox_id, self.pid)
+
+    def send_stdin(self, data: str | bytes, close: bool = False) -> None:
+        self._provider.send_stdin(self._sandbox_id, self.pid, data, close=close)
+
+    def __repr__(self) -> str:
+        return f"CommandHandle(sandbox_id={self._sandbox_id!r}, pid={self.pid})"
+
+
+class Commands:
+    def __init__(self, provider: Provider, sandbox_id: str) -> None:
+        self._provider = provider
+        self._sandbox_id = sandbox_id
+
+    @overload
+    def run(self, cmd: str, cwd: str = ..., envs: dict[str, str] | None = ...,
+            timeout: float = ..., background: Literal[False] = ...,
+            on_stdout: OutputCallback | None = ..., on_stderr: OutputCallback | None = ...,
+            stdin: str | bytes | None = ...) -> CommandResult: ...
+
+    @overload
+    def run(self, cmd: str, cwd: str = ..., envs: dict[str, str] | None = ...,
+            timeout: float = ..., *, background: Literal[True],
+            on_stdout: OutputCallback | None = ..., on_stderr: OutputCallback | None = ...,
+            stdin: str | bytes | None = ...) -> CommandHandle: ...
+
+    def run(self, cmd: str, cwd: str = "/workspace", envs: dict[str, str] | None = None,
+            timeout: float = 60, background: bool = False,
+            on_stdout: OutputCallback | None = None, on_stderr: OutputCallback | None = None,
+            stdin: str | bytes | None = None) -> CommandResult | CommandHandle:
+        """Run ``cmd`` through ``sh -c`` inside the sandbox.
+
+        Foreground: returns when it ends, with exit code and output (the tail beyond the
+        output budget, ``truncated`` set). ``background=True``: returns a handle at once.
+        """
+        if background:
+            pid = self._provider.start(self._sandbox_id, cmd, cwd=cwd, envs=envs)
+            if stdin is not None:
+                self._provider.send_stdin(self._sandbox_id, pid, stdin)
+            return CommandHandle(self._provider, self._sandbox_id, pid, on_stdout, on_stderr)
+        return self._provider.run(self._sandbox_id, cmd, cwd=cwd, envs=envs, timeout=timeout,
+                                  stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr)
+
+    def list(self) -> list[ProcessInfo]:
+        return self._provider.processes(self._sandbox_id)
+
+    def kill(self, pid: int) -> bool:
+        return self._provider.kill_process(self._sandbox_id, pid)
+
+    def connect(self, pid: int, on_stdout: Callable[[str], None] | None = None,
+                on_stderr: Callable[[str], None] | None = None) -> CommandHandle:
+        """A handle for a background command started earlier (by any client)."""
+        return CommandHandle(self._provider, self._sandbox_id, pid, on_stdout, on_stderr)

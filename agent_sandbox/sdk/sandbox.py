@@ -1,0 +1,105 @@
+"""``Sandbox``: one isolated sandbox, driven synchronously."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from agent_sandbox.models import CommandResult, SandboxInfo
+from agent_sandbox.providers import Provider, default_provider
+from agent_sandbox.sdk.commands import Commands
+from agent_sandbox.sdk.files import Files
+
+
+class Sandbox:
+    """A sandbox. Use ``Sandbox.create()`` or ``Sandbox.connect(id)``, not the constructor.
+
+    As a context manager it is killed on exit, volume included: nothing is left behind.
+    """
+
+    def __init__(self, info: SandboxInfo, provider: Provider) -> None:
+        self._info = info
+        self._provider = provider
+        self.commands = Commands(provider, info.sandbox_id)
+        self.files = Files(provider, info.sandbox_id)
+
+    @classmethod
+    def create(cls, template: str = "base", timeout: float = 300,
+               envs: dict[str, str] | None = None, cpu: float | None = None,
+               memory_mb: int | None = None, disk_mb: int | None = None,
+               network: bool = False, persistent: bool = False,
+               metadata: dict[str, str] | None = None, volume: str | None = None,
+               provider: Provider | None = None) -> Sandbox:
+        """Create and start a sandbox.
+
+        ``timeout`` is the idle time in seconds after which it is auto-paused; every use
+        extends it. ``network=False`` (default) leaves only loopback. ``volume`` attaches a
+        volume kept from an earlier sandbox as /workspace.
+        """
+        provider = provider or default_provider()
+        info = provider.create(template=template, timeout=timeout, envs=envs, cpu=cpu,
+                               memory_mb=memory_mb, disk_mb=disk_mb, network=network,
+                               persistent=persistent, metadata=metadata, volume=volume)
+        return cls(info, provider)
+
+    @classmethod
+    def connect(cls, sandbox_id: str, provider: Provider | None = None) -> Sandbox:
+        provider = provider or default_provider()
+        return cls(provider.info(sandbox_id), provider)
+
+    @classmethod
+    def list(cls, template: str | None = None, state: str | None = None,
+             provider: Provider | None = None) -> list[SandboxInfo]:
+        return (provider or default_provider()).list(template=template, state=state)
+
+    @property
+    def sandbox_id(self) -> str:
+        return self._info.sandbox_id
+
+    @property
+    def template(self) -> str:
+        return self._info.template
+
+    @property
+    def state(self) -> str:
+        """Current state, asked afresh (the reaper may have paused it meanwhile)."""
+        return self.info().state
+
+    def info(self) -> SandboxInfo:
+        self._info = self._provider.info(self.sandbox_id)
+        return self._info
+
+    def pause(self) -> None:
+        self._info = self._provider.pause(self.sandbox_id)
+
+    def resume(self) -> None:
+        self._info = self._provider.resume(self.sandbox_id)
+
+    def reset_rootfs(self) -> None:
+        """Wipe every change outside /workspace (installed packages, /etc edits...)."""
+        self._info = self._provider.reset_rootfs(self.sandbox_id)
+
+    def set_timeout(self, timeout: float) -> None:
+        self._provider.set_timeout(self.sandbox_id, timeout)
+
+    def kill(self, delete_volume: bool = False) -> None:
+        self._provider.kill(self.sandbox_id, delete_volume=delete_volume)
+
+    def custom(self, name: str, args: list[str] | None = None) -> CommandResult:
+        """Run a named command the template defines."""
+        return self._provider.custom(self.sandbox_id, name, args)
+
+    def run_command(self, name: str, args: list[str] | None = None) -> CommandResult:
+        """Deprecated alias of :meth:`custom`."""
+        warnings.warn("Sandbox.run_command(name) is deprecated; use sandbox.custom(name)",
+                      DeprecationWarning, stacklevel=2)
+        return self.custom(name, args)
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.kill(delete_volume=True)
+
+    def __repr__(self) -> str:
+        return f"Sandbox(sandbox_id={self.sandbox_id!r}, template={self.template!r})"
