@@ -43,6 +43,11 @@ class EngineConfig:
     # Keep at least this much of the host filesystem free (refuse to grow past it).
     host_reserve_mb: int = 2048
     reaper_interval: float = 2.0
+    # Warm pool: started, unclaimed sandboxes per pooled template, so a create that fits
+    # (default limits, no network, no volume) returns in milliseconds. Long-lived servers
+    # turn it on; a one-off script should not leave warm sandboxes behind.
+    pool_size: int = field(default_factory=lambda: int(os.environ.get("ABX_POOL_SIZE", "0")))
+    pool_templates: tuple[str, ...] = ("base",)
 
     @property
     def db_path(self) -> Path:

@@ -8,14 +8,23 @@ The image *is* the volume: kept after kill, it can be attached to a new sandbox.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
 from agent_sandbox.errors import ResourceExhaustedError, RuntimeUnavailableError
 from agent_sandbox.runtime import syscalls
 from agent_sandbox.runtime.config import HOST_ID_BASE
+
+_LOOP_CTL_GET_FREE = 0x4C82
+_LOOP_CONFIGURE = 0x4C0A
+_LO_FLAGS_AUTOCLEAR = 4
+_MS_NODEV = 4
+_MS_NOATIME = 1024
 
 WORKSPACE = "workspace"
 SYSTEM = "sys"
@@ -51,17 +60,52 @@ def create_image(image: Path, size_mb: int, cache_dir: Path, reserve_mb: int) ->
     subprocess.run(["cp", "--sparse=always", str(blank), str(image)], check=True)
 
 
+def _mount_via_loop(image: Path, mountpoint: Path) -> None:
+    """Bind the image to a free loop device (freed by itself on the last unmount) and
+    mount it. Done with ioctls rather than ``mount -o loop``, the slowest step of a cold
+    create otherwise; the device fd stays open until mounted, or autoclear frees it.
+    """
+    flags = os.O_RDWR | os.O_CLOEXEC
+    backing = os.open(image, flags)
+    try:
+        ctl = os.open("/dev/loop-control", flags)
+        try:
+            for _ in range(16):
+                number = fcntl.ioctl(ctl, _LOOP_CTL_GET_FREE)
+                device = f"/dev/loop{number}"
+                dev_fd = os.open(device, flags)
+                try:
+                    config = struct.pack("=II", backing, 0) + _loop_info(image) + bytes(64)
+                    fcntl.ioctl(dev_fd, _LOOP_CONFIGURE, config)
+                    syscalls.mount(device, str(mountpoint), "ext4", _MS_NODEV | _MS_NOATIME)
+                    return
+                except OSError as exc:
+                    if exc.errno != errno.EBUSY:  # another process took it: try the next
+                        raise
+                finally:
+                    os.close(dev_fd)
+        finally:
+            os.close(ctl)
+    finally:
+        os.close(backing)
+    raise RuntimeUnavailableError("no free loop device for the sandbox disk")
+
+
+def _loop_info(image: Path) -> bytes:
+    # struct loop_info64: 5 x u64, 4 x u32, file name[64], crypt name[64], key[32], 2 x u64
+    name = str(image).encode()[:63]
+    return struct.pack("=QQQQQIIII64s64s32sQQ", 0, 0, 0, 0, 0, 0, 0, 0, _LO_FLAGS_AUTOCLEAR,
+                       name, b"", b"", 0, 0)
+
+
 def attach(image: Path, mountpoint: Path) -> None:
-    """Loop-mount the image and make sure its two top directories exist."""
+    """Mount the image and make sure its two top directories exist."""
     mountpoint.mkdir(parents=True, exist_ok=True)
     if not os.path.ismount(mountpoint):
-        proc = subprocess.run(
-            ["mount", "-o", "loop,nodev,noatime", str(image), str(mountpoint)],
-            capture_output=True, text=True,
-        )
-        if proc.returncode != 0:
-            raise RuntimeUnavailableError(f"cannot mount sandbox disk {image}: "
-                                          f"{proc.stderr.strip()}")
+        try:
+            _mount_via_loop(image, mountpoint)
+        except OSError as exc:
+            raise RuntimeUnavailableError(f"cannot mount sandbox disk {image}: {exc}") from exc
     for name in (WORKSPACE, SYSTEM):
         path = mountpoint / name
         if not path.exists():

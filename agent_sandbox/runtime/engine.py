@@ -85,15 +85,17 @@ class Engine:
         self._locks: dict[str, threading.RLock] = {}
         self._locks_guard = threading.Lock()
         self._stop = threading.Event()
+        self._pool_wake = threading.Event()
         self.recover()
-        self._reaper: threading.Thread | None = None
         if reaper:
-            self._reaper = threading.Thread(target=self._reap_loop, name="abx-reaper",
-                                            daemon=True)
-            self._reaper.start()
+            threading.Thread(target=self._reap_loop, name="abx-reaper", daemon=True).start()
+        if self.config.pool_size > 0:
+            self._pool_wake.set()
+            threading.Thread(target=self._pool_loop, name="abx-pool", daemon=True).start()
 
     def close(self) -> None:
         self._stop.set()
+        self._pool_wake.set()
 
     # paths ------------------------------------------------------------------------------
     @property
@@ -159,13 +161,22 @@ class Engine:
             raise InvalidArgumentError("memory_mb must be at least 32")
         if limits.disk_mb < 16:
             raise InvalidArgumentError("disk_mb must be at least 16")
+        envs = validate.envs(envs)
+        metadata = validate.metadata(metadata)
+        if (volume is None and not network and limits == self.config.limits
+                and tmpl.name in self.config.pool_templates and self.config.pool_size > 0):
+            claimed = self._claim_pooled(tmpl.name, timeout=float(timeout),
+                                         persistent=persistent, envs=envs, metadata=metadata,
+                                         owner=owner)
+            if claimed is not None:
+                return claimed
         sandbox_id = _new_id()
         now = time.time()
         row = SandboxRow(
             id=sandbox_id, template=tmpl.name, state="creating", created_at=now, last_used=now,
             timeout=float(timeout), persistent=persistent, network=network,
-            volume_id=volume or f"vol-{sandbox_id[4:]}", envs=validate.envs(envs),
-            metadata=validate.metadata(metadata), limits=limits.__dict__,
+            volume_id=volume or f"vol-{sandbox_id[4:]}", envs=envs, metadata=metadata,
+            limits=limits.__dict__,
             layers=[{"target": layer.target, "lowers": layer.lowers} for layer in tmpl.layers],
             owner=owner,
         )
@@ -176,26 +187,81 @@ class Engine:
             if not self.store.claim_volume(volume, sandbox_id):
                 raise WrongStateError(f"volume {volume!r} is attached to sandbox "
                                       f"{found.attached_to}")
-        sbdir = self._dir(sandbox_id)
+        self._make(row, new_volume=volume is None, final_state="running")
+        return self.info(sandbox_id)
+
+    def _make(self, row: SandboxRow, *, new_volume: bool, final_state: str) -> None:
+        sbdir = self._dir(row.id)
         sbdir.mkdir()
         # Held for the whole create: recovery treats an unlocked "creating" row as a crash.
         create_lock = open(sbdir / "create.lock", "w")  # noqa: SIM115
         fcntl.flock(create_lock, fcntl.LOCK_EX)
         self.store.insert_sandbox(row)
         try:
-            if volume is None:
-                disk.create_image(self._volume_image(row.volume_id), limits.disk_mb,
+            if new_volume:
+                disk_mb = row.limits["disk_mb"]
+                disk.create_image(self._volume_image(row.volume_id), disk_mb,
                                   self.config.data_dir / "blank", self.config.host_reserve_mb)
-                self.store.upsert_volume(VolumeRow(row.volume_id, limits.disk_mb, now,
-                                                   sandbox_id))
+                self.store.upsert_volume(VolumeRow(row.volume_id, disk_mb, row.created_at,
+                                                   row.id))
             self._boot(row)
-            self.store.update_sandbox(sandbox_id, state="running", last_used=time.time())
+            self.store.update_sandbox(row.id, state=final_state, last_used=time.time())
         except BaseException:
-            self._destroy(row, delete_volume=volume is None)
+            self._destroy(row, delete_volume=new_volume)
             raise
         finally:
             create_lock.close()
-        return self.info(sandbox_id)
+
+    # warm pool --------------------------------------------------------------------------
+    def _claim_pooled(self, template: str, **fields: Any) -> SandboxInfo | None:
+        now = time.time()
+        while True:
+            sandbox_id = self.store.claim_pooled(template, self.config.limits.__dict__,
+                                                 created_at=now, last_used=now, **fields)
+            self._pool_wake.set()
+            if sandbox_id is None:
+                return None
+            try:
+                GuestClient(self._socket(sandbox_id), connect_timeout=1.0).ping()
+                return self.info(sandbox_id)
+            except GuestUnavailableError:
+                # A pooled sandbox that died meanwhile (host reboot): drop it, try another.
+                row = self.store.get_sandbox(sandbox_id)
+                if row is not None:
+                    self._destroy(row, delete_volume=True)
+
+    def _pool_loop(self) -> None:
+        while not self._stop.is_set():
+            self._pool_wake.wait(timeout=30)
+            self._pool_wake.clear()
+            for template in self.config.pool_templates:
+                try:
+                    self._fill_pool(template)
+                except Exception:  # noqa: BLE001 - a failed refill must not end the loop
+                    self._stop.wait(5)
+
+    def _fill_pool(self, template: str) -> None:
+        tmpl = self.templates.get(template)
+        while not self._stop.is_set() and \
+                self.store.count_pooled(template) < self.config.pool_size:
+            sandbox_id = _new_id()
+            now = time.time()
+            row = SandboxRow(
+                id=sandbox_id, template=tmpl.name, state="creating", created_at=now,
+                last_used=now, timeout=300.0, persistent=False, network=False,
+                volume_id=f"vol-{sandbox_id[4:]}", limits=self.config.limits.__dict__,
+                layers=[{"target": x.target, "lowers": x.lowers} for x in tmpl.layers],
+            )
+            self._make(row, new_volume=True, final_state="pooled")
+
+    def drain_pool(self) -> int:
+        """Destroy every warm, unclaimed sandbox; returns how many."""
+        drained = 0
+        for row in self.store.list_sandboxes():
+            if row.state == "pooled":
+                self._destroy(row, delete_volume=True)
+                drained += 1
+        return drained
 
     def _boot(self, row: SandboxRow) -> None:
         """Mount disk and root filesystem, write the bundle, start the container."""
@@ -218,7 +284,6 @@ class Engine:
         config = build_config(spec)
         config["process"]["env"] += [f"{k}={v}" for k, v in tmpl.python_env.items()]
         (sbdir / "config.json").write_text(json.dumps(config))
-        self.runc.delete(row.id)
         self.runc.run_detached(row.id, sbdir, sbdir / "guest.log")
         self._wait_ready(row.id)
         if row.network:
@@ -299,7 +364,7 @@ class Engine:
     def _row(self, sandbox_id: str) -> SandboxRow:
         validate.sandbox_id(sandbox_id)
         row = self.store.get_sandbox(sandbox_id)
-        if row is None or row.state == "creating":
+        if row is None or row.state not in ("running", "paused"):
             raise NotFoundError(f"sandbox {sandbox_id} not found (it may have been killed)")
         return row
 
@@ -321,7 +386,7 @@ class Engine:
             raise InvalidArgumentError(f"state must be 'running' or 'paused', got {state!r}")
         return [
             self._info(r) for r in self.store.list_sandboxes()
-            if r.state != "creating"
+            if r.state in ("running", "paused")
             and (template is None or r.template == template)
             and (state is None or r.state == state)
             and (owner is None or r.owner == owner)
@@ -392,14 +457,15 @@ class Engine:
             state = self.runc.state(row.id)
             if state and state["status"] in ("running", "paused"):
                 return state["status"]
+            self.runc.delete(row.id)
             rootfs.unmount_rootfs(self._dir(row.id) / "rootfs")
             self._boot(row)
             self.store.update_sandbox(row.id, state="running")
             return "running"
 
-    def _guest(self, sandbox_id: str) -> GuestClient:
+    def _guest(self, sandbox_id: str, row: SandboxRow | None = None) -> GuestClient:
         """A client for a running sandbox: resumes a paused one, extends its life."""
-        row = self._row(sandbox_id)
+        row = row or self._row(sandbox_id)
         if row.state == "paused" or not os.path.exists(self._socket(sandbox_id)):
             with self._lock(sandbox_id):
                 row = self._row(sandbox_id)
@@ -410,9 +476,10 @@ class Engine:
             self.store.touch(sandbox_id)
         return GuestClient(self._socket(sandbox_id))
 
-    def _call(self, sandbox_id: str, fn: Callable[[GuestClient], Any]) -> Any:
+    def _call(self, sandbox_id: str, fn: Callable[[GuestClient], Any],
+              row: SandboxRow | None = None) -> Any:
         """Run a guest operation; if the guest is gone (OOM, crash), reboot it once."""
-        client = self._guest(sandbox_id)
+        client = self._guest(sandbox_id, row)
         try:
             return fn(client)
         except GuestUnavailableError:
@@ -454,8 +521,7 @@ class Engine:
             ["/bin/sh", "-c", cmd], cwd=cwd, env=env, timeout=timeout,
             max_output=self.config.max_output, stdin=data,
             on_stdout=_text_callback(on_stdout), on_stderr=_text_callback(on_stderr),
-        ))
-        self.store.touch(sandbox_id)
+        ), row)
         return _command_result(result)
 
     def start(self, sandbox_id: str, cmd: str, cwd: str | None = None,
@@ -467,7 +533,7 @@ class Engine:
         return self._call(sandbox_id, lambda g: g.start(
             ["/bin/sh", "-c", cmd], cwd=cwd, env=env, max_output=self.config.max_output,
             stdin_open=True,
-        ))
+        ), row)
 
     def process_output(self, sandbox_id: str, pid: int) -> ProcessOutput:
         pid = validate.positive(pid, "pid", allow_none=False, integer=True)

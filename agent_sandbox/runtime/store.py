@@ -116,6 +116,29 @@ class Store:
             self._db.execute("UPDATE sandboxes SET last_used = ? WHERE id = ?",
                              (time.time(), sandbox_id))
 
+    def claim_pooled(self, template: str, limits: dict[str, Any],
+                     **changes: Any) -> str | None:
+        """Turn one warm pooled sandbox with these limits into a live one, atomically."""
+        for key in _JSON_FIELDS:
+            if key in changes:
+                changes[key] = json.dumps(changes[key])
+        sets = ", ".join(f"{k} = :{k}" for k in changes)
+        with self._tx() as db:
+            cur = db.execute("SELECT id, limits FROM sandboxes WHERE state = 'pooled' AND "
+                             "template = ? ORDER BY created_at", (template,))
+            for found_id, found_limits in cur.fetchall():
+                if json.loads(found_limits) == limits:
+                    db.execute(f"UPDATE sandboxes SET state = 'running', {sets} "
+                               "WHERE id = :_id", {**changes, "_id": found_id})
+                    return str(found_id)
+        return None
+
+    def count_pooled(self, template: str) -> int:
+        with self._lock:
+            cur = self._db.execute("SELECT COUNT(*) FROM sandboxes WHERE state = 'pooled' "
+                                   "AND template = ?", (template,))
+            return int(cur.fetchone()[0])
+
     def delete_sandbox(self, sandbox_id: str) -> None:
         with self._tx() as db:
             db.execute("DELETE FROM sandboxes WHERE id = ?", (sandbox_id,))
