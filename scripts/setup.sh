@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Sets up everything agent-sandbox needs on a Debian/Ubuntu host, then runs one job:
+#   scripts/setup.sh mcp    - the MCP server (STDIO) on the embedded engine
+#   scripts/setup.sh test   - the test suite
+#   scripts/setup.sh        - set up only
+# Idempotent: a second run only checks. Needs root (apt, mounts, runc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+job="${1:-}"
+[ $# -gt 0 ] && shift
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "setup.sh: run as root (it installs runc and mounts sandbox filesystems)" >&2
+    exit 1
+fi
+
+say() { printf '\033[1m==>\033[0m %s\n' "$*" >&2; }
+
+# System packages: the OCI runtime, ext4 tools for sandbox disks, user-mode networking,
+# the distro Python that the base template's guest agent runs on.
+packages=(runc e2fsprogs util-linux slirp4netns python3 python3-venv)
+missing=()
+for pkg in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
+        || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    say "installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# The project itself, in its own virtualenv.
+if [ ! -x .venv/bin/python ]; then
+    say "creating .venv"
+    python3 -m venv .venv
+fi
+if ! .venv/bin/python -c "import agent_sandbox" 2>/dev/null \
+        || [ pyproject.toml -nt .venv/.installed ]; then
+    say "installing agent-sandbox and its dependencies"
+    .venv/bin/python -m pip install -q --upgrade pip
+    .venv/bin/python -m pip install -q -e '.[test]'
+    touch .venv/.installed
+fi
+
+case "$job" in
+    "") say "set up; run 'scripts/setup.sh mcp' or 'scripts/setup.sh test'" ;;
+    mcp) exec .venv/bin/python -m agent_sandbox.agent.mcp "$@" ;;
+    test) exec .venv/bin/python -m pytest -q -rs "$@" ;;
+    *) echo "setup.sh: unknown job '$job' (use mcp or test)" >&2; exit 2 ;;
+esac

@@ -1,0 +1,154 @@
+"""The whole life of a sandbox through the public SDK, on real runc containers."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from agent_sandbox import Sandbox
+from agent_sandbox.errors import InvalidArgumentError, NotFoundError, WrongStateError
+
+
+def test_create_run_files_pause_resume_reset_kill() -> None:
+    sb = Sandbox.create(metadata={"purpose": "lifecycle"})
+    try:
+        assert sb.sandbox_id.startswith("sbx-")
+        assert sb.template == "base"
+        assert sb.state == "running"
+
+        result = sb.commands.run("echo hello; echo oops >&2; exit 3")
+        assert (result.exit_code, result.stdout, result.stderr) == (3, "hello\n", "oops\n")
+
+        sb.files.write("/workspace/notes/a.txt", "kept across reset\n")
+        assert sb.files.read("/workspace/notes/a.txt") == "kept across reset\n"
+        assert sb.commands.run("cat /workspace/notes/a.txt").stdout == "kept across reset\n"
+
+        # A change to the system layer, as `pip install` or `apt` would make.
+        assert sb.commands.run("echo tool > /usr/local/bin/mytool && "
+                               "chmod +x /usr/local/bin/mytool").exit_code == 0
+        assert sb.files.exists("/usr/local/bin/mytool")
+
+        # A background process, to show pause really freezes it.
+        ticker = sb.commands.run("while :; do date +%s%N >> /workspace/ticks; sleep 0.05; "
+                                 "done", background=True)
+        time.sleep(0.3)
+        sb.pause()
+        assert sb.state == "paused"
+        assert Sandbox.list(state="paused")[0].sandbox_id in {
+            s.sandbox_id for s in Sandbox.list(state="paused")}
+        frozen = sb.info()
+        time.sleep(0.4)
+        assert sb.info().state == "paused"
+
+        # Any use resumes it.
+        lines_before = len(sb.files.read("/workspace/ticks").splitlines())
+        assert sb.state == "running"
+        time.sleep(0.3)
+        lines_after = len(sb.files.read("/workspace/ticks").splitlines())
+        assert lines_after > lines_before
+        assert frozen.state == "paused"
+        ticker.kill()
+
+        sb.reset_rootfs()
+        assert sb.state == "running"
+        assert not sb.files.exists("/usr/local/bin/mytool")
+        assert sb.files.read("/workspace/notes/a.txt") == "kept across reset\n"
+        assert sb.info().metadata == {"purpose": "lifecycle"}
+    finally:
+        sb.kill(delete_volume=True)
+    with pytest.raises(NotFoundError):
+        sb.info()
+    with pytest.raises(NotFoundError):
+        Sandbox.connect(sb.sandbox_id)
+    assert sb.sandbox_id not in {s.sandbox_id for s in Sandbox.list()}
+
+
+def test_two_sandboxes_cannot_see_each_other() -> None:
+    with Sandbox.create() as a, Sandbox.create() as b:
+        a.files.write("/workspace/secret-a", "A")
+        a.commands.run("echo A > /tmp/secret-tmp")
+        a.commands.run("sleep 300", background=True)
+        assert not b.files.exists("/workspace/secret-a")
+        assert not b.files.exists("/tmp/secret-tmp")
+        # Nothing of a's runs in b's pid namespace.
+        ps_b = b.commands.run("cat /proc/[0-9]*/cmdline | tr '\\0' ' '").stdout
+        assert "sleep 300" not in ps_b
+        assert a.commands.run("hostname").stdout.strip() == a.sandbox_id
+        assert b.commands.run("hostname").stdout.strip() == b.sandbox_id
+
+
+def test_connect_list_and_filters() -> None:
+    with Sandbox.create(envs={"GREETING": "hi"}) as sb:
+        same = Sandbox.connect(sb.sandbox_id)
+        assert same.commands.run("echo $GREETING").stdout == "hi\n"
+        assert sb.sandbox_id in {s.sandbox_id for s in Sandbox.list(template="base")}
+        assert sb.sandbox_id not in {s.sandbox_id for s in Sandbox.list(template="nope")}
+        assert sb.sandbox_id in {s.sandbox_id for s in Sandbox.list(state="running")}
+        info = sb.info()
+        assert info.limits["memory_mb"] > 0 and info.enforced["disk"] is True
+        assert info.expires_at > time.time()
+
+
+def test_kept_volume_attaches_to_a_new_sandbox() -> None:
+    first = Sandbox.create()
+    first.files.write("/workspace/data.csv", "a,b\n1,2\n")
+    first.commands.run("touch /etc/system-change")
+    volume = first.info().volume_id
+    first.kill()  # delete_volume=False: the volume stays
+    second = Sandbox.create(volume=volume)
+    try:
+        assert second.files.read("/workspace/data.csv") == "a,b\n1,2\n"
+        assert not second.files.exists("/etc/system-change")
+        with pytest.raises(WrongStateError):
+            Sandbox.create(volume=volume)  # attached already
+    finally:
+        second.kill(delete_volume=True)
+    with pytest.raises(NotFoundError):
+        Sandbox.create(volume=volume)
+
+
+def test_idle_timeout_auto_pauses_and_use_extends() -> None:
+    from agent_sandbox.providers.local import local_provider
+
+    with Sandbox.create(timeout=1) as sb:
+        time.sleep(1.2)
+        local_provider().reap_once()
+        assert sb.info().state == "paused"
+        assert sb.commands.run("echo back").stdout == "back\n"
+        assert sb.info().state == "running"
+        sb.set_timeout(600)
+        local_provider().reap_once()
+        assert sb.info().state == "running"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"template": "no-such-template"}, "not found"),
+        ({"template": "../etc"}, "invalid template name"),
+        ({"memory_mb": -1}, "memory_mb must be greater than 0"),
+        ({"cpu": 0}, "cpu must be greater than 0"),
+        ({"disk_mb": 1.5}, "disk_mb must be a whole number"),
+        ({"timeout": -5}, "timeout must be greater than 0"),
+        ({"envs": {"BAD-NAME": "x"}}, "invalid environment variable name"),
+        ({"envs": {"A": "x\x00y"}}, "without NUL"),
+        ({"volume": "vol-missing"}, "not found"),
+    ],
+)
+def test_create_rejects_bad_input(kwargs: dict, message: str) -> None:
+    before = {s.sandbox_id for s in Sandbox.list()}
+    with pytest.raises((InvalidArgumentError, NotFoundError), match=message):
+        Sandbox.create(**kwargs)
+    assert {s.sandbox_id for s in Sandbox.list()} == before
+
+
+@pytest.mark.parametrize("bad_id", ["", "sbx-../../etc", "x" * 300, "sbx-ABCDEFGHIJ"])
+def test_connect_rejects_bad_ids(bad_id: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="invalid sandbox id"):
+        Sandbox.connect(bad_id)
+
+
+def test_unknown_sandbox_is_not_found() -> None:
+    with pytest.raises(NotFoundError, match="not found"):
+        Sandbox.connect("sbx-0000000000")
