@@ -29,6 +29,8 @@ READONLY_PATHS = [
     "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
 ]
 
+_GUEST_BOOT = f"import sys; sys.path.insert(0, {GUEST_DIR!r}); import agent; agent.main()"
+
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -96,7 +98,8 @@ def build_config(spec: BundleSpec) -> dict[str, Any]:
         "process": {
             "terminal": False,
             "user": {"uid": 0, "gid": 0},
-            "args": [*spec.python, f"{GUEST_DIR}/agent.py", "--unix", GUEST_SOCKET],
+            # Imported, not run as a script, so its precompiled bytecode is used.
+            "args": [*spec.python, "-I", "-S", "-c", _GUEST_BOOT, "--unix", GUEST_SOCKET],
             "env": [f"PATH={DEFAULT_PATH}", "HOME=/root", "LANG=C.UTF-8"],
             "cwd": "/",
             "capabilities": {k: CAPABILITIES for k in

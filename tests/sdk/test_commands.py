@@ -107,5 +107,5 @@ def test_unknown_process_and_bad_commands(sandbox: Sandbox) -> None:
         sandbox.commands.run("ls", cwd="workspace")
     with pytest.raises(InvalidArgumentError, match="timeout"):
         sandbox.commands.run("ls", timeout=-1)
-    missing = sandbox.commands.run("ls", cwd="/no/such/dir")
-    assert missing.exit_code != 0 or "no such" in missing.stderr.lower()
+    with pytest.raises(NotFoundError, match="working directory /no/such/dir"):
+        sandbox.commands.run("ls", cwd="/no/such/dir")
