@@ -49,6 +49,7 @@ def _clean_engine_at_exit() -> Iterator[None]:
     for volume in engine.list_volumes():
         engine.delete_volume(volume.volume_id)
     engine.close()
+    engine.release_host_mounts()
     shutil.rmtree(_DATA, ignore_errors=True)
 
 

@@ -259,6 +259,13 @@ class Engine:
             )
             self._make(row, new_volume=True, final_state="pooled")
 
+    def release_host_mounts(self) -> None:
+        """Unmount the template views once no sandbox exists (before deleting the data
+        dir: the views are read-only, but a recursive delete must not walk into them)."""
+        if self.store.list_sandboxes():
+            raise WrongStateError("sandboxes still exist; kill them first")
+        self.views.release()
+
     def drain_pool(self) -> int:
         """Destroy every warm, unclaimed sandbox; returns how many."""
         drained = 0

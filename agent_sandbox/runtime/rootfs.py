@@ -51,11 +51,12 @@ class IdmapViews:
         if not missing:
             return
         with _file_lock(self.root / ".lock"):
+            mounted = set(mounts_under(self.root))
             todo = []
             for host_path in missing:
                 name = hashlib.sha256(host_path.encode()).hexdigest()[:16]
                 target = self.root / name
-                if not os.path.ismount(target):
+                if str(target) not in mounted:
                     todo.append((host_path, target))
                 self._known[host_path] = str(target)
             if todo:
@@ -63,6 +64,13 @@ class IdmapViews:
                     for host_path, target in todo:
                         target.mkdir(parents=True, exist_ok=True)
                         syscalls.idmapped_bind(host_path, str(target), ns.fd)
+
+
+    def release(self) -> None:
+        """Unmount every view (only when no sandbox uses them: an engine reset)."""
+        with _file_lock(self.root / ".lock"):
+            unmount_rootfs(self.root)
+            self._known.clear()
 
 
 def _layer_dirs(system_dir: Path, index: int) -> tuple[Path, Path]:
@@ -91,16 +99,22 @@ def mount_rootfs(rootfs: Path, system_dir: Path, layers: list[dict[str, Any]],
                        f"lowerdir={lowers},upperdir={upper},workdir={work}")
 
 
-def unmount_rootfs(rootfs: Path) -> None:
-    """Unmount everything at or below ``rootfs``, deepest first."""
-    prefix = str(rootfs)
-    targets = []
+def mounts_under(prefix: Path) -> list[str]:
+    """Mount points at or below ``prefix``, from the kernel's table (``os.path.ismount``
+    misses bind mounts of the same filesystem, such as idmapped views of /usr)."""
+    top = str(prefix)
+    found = []
     with open("/proc/self/mountinfo") as fh:
         for line in fh:
             mountpoint = line.split()[4].replace("\\040", " ")
-            if mountpoint == prefix or mountpoint.startswith(prefix + "/"):
-                targets.append(mountpoint)
-    for target in sorted(targets, key=len, reverse=True):
+            if mountpoint == top or mountpoint.startswith(top + "/"):
+                found.append(mountpoint)
+    return found
+
+
+def unmount_rootfs(rootfs: Path) -> None:
+    """Unmount everything at or below ``rootfs``, deepest (and latest) first."""
+    for target in sorted(mounts_under(rootfs), key=len, reverse=True):
         try:
             syscalls.umount(target)
         except OSError:
