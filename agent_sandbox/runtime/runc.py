@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +62,42 @@ class Runc:
         self._run("resume", container_id)
 
     def delete(self, container_id: str) -> None:
-        """Kill and remove, whatever state it is in; absent is fine."""
-        self._run("delete", "--force", container_id, check=False)
+        """Kill and remove, whatever state it is in; absent is fine.
+
+        SIGKILL to the container's pid 1 ends its pid namespace at once; runc 1.1's own
+        ``delete --force`` polls for ~100 ms before noticing. A frozen container is
+        thawed first, or the kill would wait for the thaw.
+        """
+        state = self.state(container_id)
+        if state is None:
+            return
+        pid = int(state.get("pid") or 0)
+        if state.get("status") == "paused":
+            self._run("resume", container_id, check=False)
+        if pid > 0 and state.get("status") in ("running", "paused"):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                deadline = time.monotonic() + 2.0
+                while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+                    if _is_zombie(pid):
+                        break
+                    time.sleep(0.001)
+            except ProcessLookupError:
+                pass
+        proc = self._run("delete", container_id, check=False)
+        if proc.returncode != 0:
+            self._run("delete", "--force", container_id, check=False)
 
     def list_ids(self) -> list[str]:
         proc = self._run("list", "--format", "json", check=False)
         if proc.returncode != 0 or not proc.stdout.strip():
             return []
         return [c["id"] for c in json.loads(proc.stdout) or []]
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
