@@ -127,12 +127,29 @@ class Engine:
     def get_template(self, name: str) -> Template:
         return self.templates.get(name)
 
-    def remove_template(self, name: str) -> None:
+    def _refuse_if_used(self, name: str) -> None:
         in_use = [r.id for r in self.store.list_sandboxes() if r.template == name]
         if in_use:
             raise WrongStateError(f"template {name!r} is used by sandboxes {', '.join(in_use)}; "
                                   "kill them first")
+
+    def remove_template(self, name: str) -> None:
+        self._refuse_if_used(name)
+        own = str(self.templates.path(name)) + "/"
+        lowers = [lower for layer in self.templates.get(name).layers
+                  for lower in layer.lowers if lower.startswith(own)]  # not shared ones
         self.templates.remove(name)
+        self.views.forget(lowers)
+
+    def import_template(self, name: str, source: str, *, replace: bool = False,
+                        **kw: Any) -> TemplateInfo:
+        """Import a directory or an OCI/docker image archive as a template.
+
+        ``kw``: env, workdir, commands, description, ref (archives), progress.
+        """
+        if replace and self.templates.exists(name):
+            self._refuse_if_used(name)  # replacing deletes the rootfs they run on
+        return _template_info(self.templates.import_path(name, source, replace=replace, **kw))
 
     # lifecycle --------------------------------------------------------------------------
     def create(

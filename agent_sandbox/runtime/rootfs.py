@@ -66,6 +66,16 @@ class IdmapViews:
                         syscalls.idmapped_bind(host_path, str(target), ns.fd)
 
 
+    def forget(self, host_paths: list[str]) -> None:
+        """Unmount the views of template directories that are gone."""
+        with _file_lock(self.root / ".lock"):
+            mounted = set(mounts_under(self.root))
+            for host_path in host_paths:
+                target = self.root / hashlib.sha256(host_path.encode()).hexdigest()[:16]
+                self._known.pop(host_path, None)
+                if str(target) in mounted:
+                    syscalls.umount(str(target), lazy=True)
+
     def release(self) -> None:
         """Unmount every view (only when no sandbox uses them: an engine reset)."""
         with _file_lock(self.root / ".lock"):

@@ -74,7 +74,7 @@ class AsyncCommands:
         self._provider = provider
         self._sandbox_id = sandbox_id
 
-    async def run(self, cmd: str, cwd: str = "/workspace", envs: dict[str, str] | None = None,
+    async def run(self, cmd: str, cwd: str | None = None, envs: dict[str, str] | None = None,
                   timeout: float = 60, background: bool = False,
                   on_stdout: AsyncCallback | None = None,
                   on_stderr: AsyncCallback | None = None,

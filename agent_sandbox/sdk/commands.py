@@ -54,22 +54,23 @@ class Commands:
         self._sandbox_id = sandbox_id
 
     @overload
-    def run(self, cmd: str, cwd: str = ..., envs: dict[str, str] | None = ...,
+    def run(self, cmd: str, cwd: str | None = ..., envs: dict[str, str] | None = ...,
             timeout: float = ..., background: Literal[False] = ...,
             on_stdout: OutputCallback | None = ..., on_stderr: OutputCallback | None = ...,
             stdin: str | bytes | None = ...) -> CommandResult: ...
 
     @overload
-    def run(self, cmd: str, cwd: str = ..., envs: dict[str, str] | None = ...,
+    def run(self, cmd: str, cwd: str | None = ..., envs: dict[str, str] | None = ...,
             timeout: float = ..., *, background: Literal[True],
             on_stdout: OutputCallback | None = ..., on_stderr: OutputCallback | None = ...,
             stdin: str | bytes | None = ...) -> CommandHandle: ...
 
-    def run(self, cmd: str, cwd: str = "/workspace", envs: dict[str, str] | None = None,
+    def run(self, cmd: str, cwd: str | None = None, envs: dict[str, str] | None = None,
             timeout: float = 60, background: bool = False,
             on_stdout: OutputCallback | None = None, on_stderr: OutputCallback | None = None,
             stdin: str | bytes | None = None) -> CommandResult | CommandHandle:
-        """Run ``cmd`` through ``sh -c`` inside the sandbox.
+        """Run ``cmd`` through ``sh -c`` inside the sandbox, in ``cwd`` (default: the
+        template's workdir, /workspace unless the template says otherwise).
 
         Foreground: returns when it ends, with exit code and output (the tail beyond the
         output budget, ``truncated`` set). ``background=True``: returns a handle at once.
