@@ -84,6 +84,7 @@ class Engine:
             path.mkdir(mode=0o700, exist_ok=True)
         self.runc = Runc(self.config.runc_root)
         _precompile_guest()
+        self._enforced = _enforced_limits()
         self.store = Store(self.config.db_path)
         self.templates = TemplateStore(self.config.templates_dir)
         self.views = rootfs.IdmapViews(self.config.idmap_dir)
@@ -406,7 +407,7 @@ class Engine:
             created_at=row.created_at, last_used=row.last_used, timeout=row.timeout,
             persistent=row.persistent, network=row.network, volume_id=row.volume_id,
             metadata=row.metadata, envs=row.envs, limits=row.limits,
-            enforced={"memory": True, "pids": True, "cpu": True, "disk": True},
+            enforced=self._enforced,
         )
 
     def list(self, template: str | None = None, state: str | None = None,
@@ -703,6 +704,20 @@ class Engine:
                 self.reap_once()
             except Exception:  # noqa: BLE001 - keep reaping whatever happened
                 continue
+
+
+def _enforced_limits() -> dict[str, bool]:
+    """Which limits this host really enforces: each needs its cgroup controller (v1
+    directory, or listed in the v2 root's controllers); disk is a filesystem per sandbox."""
+    root = Path("/sys/fs/cgroup")
+    v2 = (root / "cgroup.controllers").read_text().split() \
+        if (root / "cgroup.controllers").exists() else []
+
+    def has(v1: str, v2_name: str) -> bool:
+        return (root / v1).is_dir() or v2_name in v2
+
+    return {"memory": has("memory", "memory"), "pids": has("pids", "pids"),
+            "cpu": has("cpu", "cpu"), "disk": True}
 
 
 def _precompile_guest() -> None:

@@ -3,7 +3,9 @@
 Allow by default, deny what lets a process reach beyond its sandbox or the kernel's
 soft underbelly: mounting, module loading, kexec, bpf, keyrings, perf, namespace
 creation, io_uring and the clock. ``clone3`` answers ENOSYS so libc falls back to
-``clone``, whose flags seccomp can inspect.
+``clone``, whose flags seccomp can inspect. ``ptrace`` stays allowed for debugging inside
+the sandbox, except against pid 1 (the guest agent). AF_VSOCK sockets are refused: vsock
+is not confined by the network namespace.
 """
 
 from __future__ import annotations
@@ -13,6 +15,18 @@ from typing import Any
 _EPERM = 1
 _ENOSYS = 38
 _CLONE_NEWUSER = 0x10000000
+_AF_VSOCK = 40
+# The sandbox's pid 1 is the guest agent: it holds the host's end of the sandbox (its
+# socket, its log), so no process in the sandbox may trace or poke it.
+_GUEST_PID = 1
+# pid and domain arguments are 32-bit ints the kernel truncates, while seccomp sees all 64
+# bits of the register: compare the low half only, or garbage high bits slip past.
+_LOW32 = 0xFFFFFFFF
+
+
+def _arg_is(index: int, value: int) -> dict[str, Any]:
+    return {"index": index, "value": _LOW32, "valueTwo": value, "op": "SCMP_CMP_MASKED_EQ"}
+
 
 DENIED_SYSCALLS: tuple[str, ...] = (
     # filesystems and mounts
@@ -31,8 +45,9 @@ DENIED_SYSCALLS: tuple[str, ...] = (
     # time is the host's
     "settimeofday", "stime", "clock_settime", "clock_settime64", "clock_adjtime",
     "clock_adjtime64", "adjtimex",
-    # cross-process memory access is not needed by ordinary tools
-    "kcmp", "process_madvise",
+    # cross-process memory access is not needed by ordinary tools; pidfd_getfd would let
+    # any process take the guest's descriptors (its stdout is a file on the host's disk)
+    "kcmp", "process_madvise", "pidfd_getfd",
 )
 
 
@@ -51,6 +66,27 @@ def seccomp_profile() -> dict[str, Any]:
                 "errnoRet": _EPERM,
                 "args": [{"index": 0, "value": _CLONE_NEWUSER, "valueTwo": _CLONE_NEWUSER,
                           "op": "SCMP_CMP_MASKED_EQ"}],
+            },
+            {
+                # ptrace(request, pid, ...) aimed at the guest agent.
+                "names": ["ptrace"],
+                "action": "SCMP_ACT_ERRNO",
+                "errnoRet": _EPERM,
+                "args": [_arg_is(1, _GUEST_PID)],
+            },
+            {
+                # process_vm_{read,write}v(pid, ...) of the guest.
+                "names": ["process_vm_readv", "process_vm_writev"],
+                "action": "SCMP_ACT_ERRNO",
+                "errnoRet": _EPERM,
+                "args": [_arg_is(0, _GUEST_PID)],
+            },
+            {
+                # socket(AF_VSOCK, ...): reaches the host kernel past the netns.
+                "names": ["socket"],
+                "action": "SCMP_ACT_ERRNO",
+                "errnoRet": _EPERM,
+                "args": [_arg_is(0, _AF_VSOCK)],
             },
         ],
     }
