@@ -1032,12 +1032,29 @@ def _parse_args(argv: List[str]) -> Tuple[str, str]:
     return argv[0][2:], argv[1]
 
 
+def _not_dumpable() -> None:
+    """Make the guest untouchable from inside its sandbox.
+
+    A non-dumpable process can be ptraced, or have its /proc/<pid>/mem and fds taken,
+    only with CAP_SYS_PTRACE, which no sandbox process has. Programs the guest starts
+    become dumpable again when they exec, so they can still be debugged.
+    """
+    import ctypes
+
+    pr_set_dumpable = 4
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_dumpable, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # no libc to call (exotic template): seccomp still guards pid 1
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     kind, where = _parse_args(sys.argv[1:] if argv is None else argv)
     token = os.environ.pop("ABX_GUEST_TOKEN", None) or None  # never leak it to children
     if kind == "tcp" and token is None:
         sys.stderr.write("abx-guest: --tcp requires the ABX_GUEST_TOKEN environment variable\n")
         raise SystemExit(2)
+    _not_dumpable()
     threading.stack_size(1 << 20)  # many connection threads; default 8 MiB is wasteful
     # Every exec hands off between threads (pump, reaper, connection); the default 5 ms
     # GIL switch interval shows up directly in the round trip.

@@ -38,7 +38,7 @@ from agent_sandbox.models import (
     TemplateInfo,
     VolumeInfo,
 )
-from agent_sandbox.runtime import disk, rootfs, validate
+from agent_sandbox.runtime import disk, rootfs, syscalls, validate
 from agent_sandbox.runtime.config import HOST_ID_BASE, EngineConfig, Limits
 from agent_sandbox.runtime.guest_client import ExecResult, GuestClient, GuestUnavailableError
 from agent_sandbox.runtime.oci import DEFAULT_PATH, BundleSpec, build_config
@@ -52,6 +52,8 @@ _READY_TIMEOUT = 15.0
 # last_used is written at most this often per sandbox: idle timeouts are seconds long,
 # and a write per exec is a measurable share of a 5 ms round trip.
 _TOUCH_EVERY = 1.0
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
+_BASE_REFRESH_EVERY = 10.0
 OutputCallback = Callable[[str], None]
 
 
@@ -299,9 +301,14 @@ class Engine:
         disk.attach(self._volume_image(row.volume_id), sbdir / "disk")
         rootfs.mount_rootfs(sbdir / "rootfs", sbdir / "disk" / disk.SYSTEM, row.layers,
                             self.views)
+        # The guest's socket and log live on a tiny tmpfs: the sandbox sees this
+        # directory, and must not be able to fill the host's disk through it.
         run_dir = sbdir / "run"
         run_dir.mkdir(exist_ok=True)
-        os.chown(run_dir, HOST_ID_BASE, HOST_ID_BASE)
+        if not os.path.ismount(run_dir):
+            syscalls.mount("tmpfs", str(run_dir), "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
+                           f"size=1m,nr_inodes=64,mode=0700,uid={HOST_ID_BASE},"
+                           f"gid={HOST_ID_BASE}")
         sock = Path(self._socket(row.id))
         sock.unlink(missing_ok=True)
         tmpl = self._template_for(row)
@@ -314,7 +321,7 @@ class Engine:
         config = build_config(spec)
         config["process"]["env"] += [f"{k}={v}" for k, v in tmpl.python_env.items()]
         (sbdir / "config.json").write_text(json.dumps(config))
-        self.runc.run_detached(row.id, sbdir, sbdir / "guest.log")
+        self.runc.run_detached(row.id, sbdir, run_dir / "guest.log")
         self._wait_ready(row.id)
         if row.network:
             self._start_network(row)
@@ -340,7 +347,7 @@ class Engine:
                 except GuestUnavailableError:
                     pass
             if time.monotonic() > deadline:
-                log = self._dir(sandbox_id) / "guest.log"
+                log = self._dir(sandbox_id) / "run" / "guest.log"
                 tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
                 raise RuntimeUnavailableError(
                     f"sandbox {sandbox_id} did not start within {_READY_TIMEOUT:.0f}s; "
@@ -388,6 +395,7 @@ class Engine:
             if volume is not None:
                 self.store.upsert_volume(VolumeRow(volume.id, volume.size_mb,
                                                    volume.created_at, ""))
+        rootfs.unmount_rootfs(sbdir)  # the run tmpfs, and anything left over
         shutil.rmtree(sbdir, ignore_errors=True)
         self.store.delete_sandbox(row.id)
 
@@ -699,9 +707,13 @@ class Engine:
                     continue
 
     def _reap_loop(self) -> None:
+        last_refresh = time.monotonic()
         while not self._stop.wait(self.config.reaper_interval):
             try:
                 self.reap_once()
+                if time.monotonic() - last_refresh > _BASE_REFRESH_EVERY:
+                    last_refresh = time.monotonic()
+                    self.templates.refresh_base()  # new sandboxes see the host's new /etc
             except Exception:  # noqa: BLE001 - keep reaping whatever happened
                 continue
 

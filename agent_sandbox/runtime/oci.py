@@ -68,7 +68,9 @@ def _mounts(spec: BundleSpec) -> list[dict[str, Any]]:
          "options": ["nosuid", "noexec", "nodev", "ro"]},
         _bind(spec.workspace, "/workspace", readonly=False),
         _bind(spec.guest_dir, GUEST_DIR, readonly=True),
-        _bind(spec.run_dir, GUEST_RUN_DIR, readonly=False),
+        # noexec matches the host's tmpfs: a userns may not clear a locked flag.
+        {**_bind(spec.run_dir, GUEST_RUN_DIR, readonly=False),
+         "options": ["rbind", "nosuid", "nodev", "noexec", "rw"]},
         *spec.extra_mounts,
     ]
 

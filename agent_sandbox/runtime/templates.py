@@ -261,20 +261,22 @@ class TemplateStore:
 
     # base ------------------------------------------------------------------------------
     def ensure_base(self) -> Template:
-        """The base template, assembled once per process (its /etc mask is re-checked
-        at every engine start, so a new host secret is masked from then on)."""
+        """The base template, assembled once per process; ``refresh_base`` picks up a
+        changed host /etc (the engine's reaper calls it every few seconds)."""
         if self._base is None:
             self._base = self._assemble_base()
         return self._base
+
+    def refresh_base(self) -> None:
+        self._base = self._assemble_base()
 
     def _assemble_base(self) -> Template:
         folder = self.root / BASE
         skeleton = folder / "skeleton"
         if not skeleton.exists():
             _build_skeleton(folder, skeleton)
-        mask = _ensure_etc_mask(folder)
-        layers = [Layer("/", [str(skeleton)]), Layer("/usr", ["/usr"]),
-                  Layer("/etc", [str(mask), "/etc"])]
+        etc = _ensure_etc_snapshot(folder)
+        layers = [Layer("/", [str(skeleton)]), Layer("/usr", ["/usr"]), Layer("/etc", [str(etc)])]
         for name in _USR_MERGED_DIRS:
             host = Path("/") / name
             if host.is_dir() and not host.is_symlink():
@@ -287,8 +289,8 @@ class TemplateStore:
 
 
 def _build_skeleton(folder: Path, skeleton: Path) -> None:
-    tmp = folder / f"skeleton.tmp{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    # Unique per thread and process: a pool thread and a create may both get here.
+    tmp = folder / f".skeleton.tmp{os.getpid()}-{time.time_ns()}"
     tmp.mkdir(parents=True)
     dirs = {"usr": 0o755, "etc": 0o755, "tmp": 0o1777, "root": 0o700, "home": 0o755,
             "var": 0o755, "var/tmp": 0o1777, "var/lib": 0o755, "var/cache": 0o755,
@@ -307,27 +309,34 @@ def _build_skeleton(folder: Path, skeleton: Path) -> None:
     # dpkg's database makes apt and dpkg work on top of the host's /usr.
     if Path("/var/lib/dpkg").is_dir():
         shutil.copytree("/var/lib/dpkg", tmp / "var/lib/dpkg", symlinks=True)
-    os.replace(tmp, skeleton)
+    try:
+        os.replace(tmp, skeleton)
+    except OSError:  # someone else finished first: theirs is as good
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _secret_files(etc: Path) -> list[str]:
-    """Relative paths under /etc that others may not read: treated as secrets."""
-    found: list[str] = []
+def _etc_fingerprint(etc: Path) -> tuple[str, list[tuple[str, os.stat_result]]]:
+    """What a snapshot would hold (world-readable entries) and a digest of it."""
+    entries: list[tuple[str, os.stat_result]] = []
+    digest = hashlib.sha256()
     for dirpath, dirnames, filenames in os.walk(etc):
-        for name in dirnames + filenames:
+        dirnames.sort()
+        for name in sorted(dirnames) + sorted(filenames):
             full = os.path.join(dirpath, name)
             try:
                 st = os.lstat(full)
             except OSError:
                 continue
             rel = os.path.relpath(full, etc)
-            if stat.S_ISLNK(st.st_mode):
-                continue
-            if not st.st_mode & stat.S_IROTH or rel in _ALWAYS_MASKED:
-                found.append(rel)
+            secret = not stat.S_ISLNK(st.st_mode) and not st.st_mode & stat.S_IROTH
+            if secret or rel in _ALWAYS_MASKED:
                 if name in dirnames:
-                    dirnames.remove(name)
-    return sorted(found)
+                    dirnames.remove(name)  # a private directory: nothing below is shared
+                continue
+            entries.append((rel, st))
+            digest.update(f"{rel}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\0"
+                          f"{st.st_uid}\0{st.st_gid}\n".encode())
+    return digest.hexdigest()[:12], entries
 
 
 def _sanitized(path: Path) -> str:
@@ -341,41 +350,55 @@ def _sanitized(path: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _ensure_etc_mask(folder: Path) -> Path:
-    """The layer over host /etc: whiteouts for secrets, our hosts/resolv.conf/hostname.
+def _ensure_etc_snapshot(folder: Path) -> Path:
+    """A copy of the host's /etc holding only what every host user may read.
 
-    Versioned by content: when the host's secrets change, a new mask appears and running
-    sandboxes keep the one they were mounted with.
+    A copy, not a live view: a secret created in the host's /etc later can never show
+    up in a sandbox. Versioned by a digest of names, modes, sizes and times: a changed
+    /etc gives a new snapshot for new sandboxes; running ones keep theirs.
     """
     etc = Path("/etc")
-    secrets = _secret_files(etc)
-    digest = hashlib.sha256("\n".join(secrets).encode()).hexdigest()[:12]
-    mask = folder / f"etc-mask-{digest}"
-    if mask.exists():
-        return mask
-    tmp = folder / f"etc-mask.tmp{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    digest, entries = _etc_fingerprint(etc)
+    snapshot = folder / f"etc-{digest}"
+    if snapshot.exists():
+        return snapshot
+    tmp = folder / f".etc.tmp{os.getpid()}-{time.time_ns()}"
     tmp.mkdir(parents=True)
-    for rel in secrets:
-        target = tmp / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if rel in ("shadow", "gshadow") and (etc / rel).is_file():
-            target.write_text(_sanitized(etc / rel))
-            os.chmod(target, 0o640)
-        else:
-            os.mknod(target, stat.S_IFCHR | 0o000, os.makedev(0, 0))  # overlay whiteout
-    (tmp / "hosts").write_text("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n")
-    # slirp4netns' DNS forwarder, used only by sandboxes created with network=True.
-    (tmp / "resolv.conf").write_text("nameserver 10.0.2.3\n")
-    (tmp / "hostname").write_text("sandbox\n")
-    for leftover in folder.glob("etc-mask.tmp*"):
-        if leftover != tmp:
-            shutil.rmtree(leftover, ignore_errors=True)
-    os.replace(tmp, mask)
-    return mask
-
-
-# imports: checks -------------------------------------------------------------------------
+    os.chmod(tmp, 0o755)
+    for rel, st in entries:
+        src, dst = etc / rel, tmp / rel
+        try:
+            if stat.S_ISDIR(st.st_mode):
+                dst.mkdir(exist_ok=True)
+            elif stat.S_ISLNK(st.st_mode):
+                os.symlink(os.readlink(src), dst)
+            elif stat.S_ISREG(st.st_mode):
+                shutil.copyfile(src, dst, follow_symlinks=False)
+            else:
+                continue  # fifos, sockets, devices: not configuration
+            os.lchown(dst, st.st_uid, st.st_gid)
+            if not stat.S_ISLNK(st.st_mode):
+                os.chmod(dst, stat.S_IMODE(st.st_mode))
+                os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+        except OSError:
+            continue  # vanished or unreadable meanwhile: leave it out
+    for name in ("shadow", "gshadow"):
+        if (etc / name).is_file():
+            (tmp / name).write_text(_sanitized(etc / name))
+            os.chmod(tmp / name, 0o640)
+    for name, text in (("hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n"),
+                       # slirp4netns' DNS forwarder, for sandboxes with network=True
+                       ("resolv.conf", "nameserver 10.0.2.3\n"),
+                       ("hostname", "sandbox\n")):
+        target = tmp / name
+        if target.is_symlink() or target.exists():
+            target.unlink()
+        target.write_text(text)
+    try:
+        os.replace(tmp, snapshot)
+    except OSError:  # another process made the same snapshot first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return snapshot
 _COMMAND_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
