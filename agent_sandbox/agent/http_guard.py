@@ -1,0 +1,66 @@
+"""The HTTP front door: auth, Origin checks, /health and method rules around the MCP app."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+Scope = dict[str, Any]
+ASGIApp = Callable[..., Any]
+LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
+
+
+def load_token() -> str | None:
+    """The bearer token; "" (set but empty) means deny everything. None: no auth."""
+    if "ABX_MCP_AUTH_TOKEN" in os.environ:
+        return os.environ["ABX_MCP_AUTH_TOKEN"].strip()
+    path = os.environ.get("ABX_MCP_AUTH_TOKEN_FILE")
+    if path is not None:
+        try:
+            return Path(path).read_text().strip()
+        except OSError:
+            return ""  # unreadable token file: fail closed
+    return None
+
+
+def allowed_origins() -> set[str]:
+    raw = os.environ.get("ABX_MCP_ALLOWED_ORIGINS", "")
+    return {o.strip().rstrip("/") for o in raw.split(",") if o.strip()}
+
+
+def origin_ok(origin: str | None, extra: set[str]) -> bool:
+    if origin is None:
+        return True  # not a browser
+    if origin.rstrip("/") in extra or "*" in extra:
+        return True
+    host = urlsplit(origin).hostname
+    return host is not None and (host in LOCAL_HOSTS or host.endswith(".localhost"))
+
+
+def token_ok(expected: str | None, header: str | None) -> bool:
+    if expected is None:
+        return True
+    if not expected or not header or not header.startswith("Bearer "):
+        return False
+    return hmac.compare_digest(header[7:].strip().encode(), expected.encode())
+
+
+async def send_json(send: Callable[..., Any], status: int, body: dict[str, Any],
+                    headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    data = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(data)).encode()), *(headers or [])]})
+    await send({"type": "http.response.body", "body": data})
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None

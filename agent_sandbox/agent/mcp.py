@@ -1,0 +1,90 @@
+"""STDIO entry point: ``python -m agent_sandbox.agent.mcp``.
+
+stdout carries JSON-RPC only; everything else goes to stderr. When the session ends (EOF
+on stdin, SIGTERM or SIGINT) every non-persistent sandbox it created is destroyed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+import anyio
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+
+from agent_sandbox.agent.banner import auth_configured, print_banner
+from agent_sandbox.agent.config import AgentConfig
+from agent_sandbox.agent.server import AgentServer, create_mcp_app
+from agent_sandbox.agent.stdio import STDIO_DEFAULT_VERSION, bounded_stdio
+
+log = logging.getLogger("agent_sandbox.agent")
+
+
+async def _watch_signals(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for signum in signals:
+            log.info("received signal %s: ending the session", signum)
+            scope.cancel()
+            return
+
+
+async def serve(server: AgentServer) -> None:
+    runtime = server.runtime
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_watch_signals, tg.cancel_scope)
+            async with bounded_stdio() as (read_stream, write_stream):
+                await server.run(read_stream, write_stream,
+                                 server.create_initialization_options())
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+            killed = await runtime.sessions.end_all()
+            if killed:
+                log.info("session ended: destroyed %d sandbox(es)", killed)
+            await anyio.to_thread.run_sync(_drain_pool)
+        runtime.audit.close()
+
+
+def _drain_pool() -> None:
+    # The only place the server touches the engine directly: warm sandboxes would otherwise
+    # outlive the process.
+    try:
+        from agent_sandbox.providers.local import local_provider
+
+        local_provider().drain_pool()
+    except Exception:  # noqa: BLE001 - best effort at exit
+        log.exception("could not drain the warm pool")
+
+
+def main(argv: list[str] | None = None) -> int:
+    # A warm pool makes create_sandbox take milliseconds; set before the engine starts.
+    os.environ.setdefault("ABX_POOL_SIZE", "2")
+    logging.basicConfig(level=os.environ.get("ABX_LOG_LEVEL", "WARNING").upper(),
+                        stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = AgentConfig.from_env()
+    try:
+        server = create_mcp_app(config=config, transport="stdio")
+    except Exception as exc:  # noqa: BLE001 - e.g. a bad ABX_MCP_TOOLS
+        print(f"agent-sandbox MCP: {exc}", file=sys.stderr)
+        return 2
+    print_banner(
+        transport="stdio",
+        protocol=f"{', '.join(HANDSHAKE_PROTOCOL_VERSIONS)} (initialize; missing or unsupported "
+                 f"-> {STDIO_DEFAULT_VERSION}), {', '.join(MODERN_PROTOCOL_VERSIONS)} (discover)",
+        template=config.template,
+        tools=server.runtime.tools,
+        auth="none on stdio (the client owns the process); ABX_MCP_AUTH_TOKEN "
+             + ("is set" if auth_configured() else "not set"),
+        stop="close stdin (EOF), or SIGTERM / Ctrl-C",
+    )
+    kw: dict[str, Any] = {}
+    anyio.run(serve, server, **kw)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

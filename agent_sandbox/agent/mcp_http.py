@@ -1,0 +1,135 @@
+"""Streamable HTTP entry point: ``uvicorn agent_sandbox.agent.mcp_http:asgi_app``.
+
+POST/DELETE /mcp speak MCP (sessions by Mcp-Session-Id), GET /mcp is 405 (no standalone
+stream), GET /health reports status. DELETE, idle expiry and shutdown destroy a session's
+non-persistent sandboxes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+from mcp.server.transport_security import TransportSecuritySettings
+
+from agent_sandbox.agent.banner import print_banner
+from agent_sandbox.agent.config import AgentConfig, _int_env
+from agent_sandbox.agent.http_guard import (
+    allowed_origins,
+    header,
+    load_token,
+    origin_ok,
+    send_json,
+    token_ok,
+)
+from agent_sandbox.agent.server import AgentServer, _version, create_mcp_app
+
+log = logging.getLogger("agent_sandbox.agent")
+HEALTH_PROTOCOL = "2025-06-18"
+MCP_PATH = "/mcp"
+
+
+class MCPHttpApp:
+    def __init__(self) -> None:
+        os.environ.setdefault("ABX_POOL_SIZE", "2")  # before the engine starts
+        self.config = AgentConfig.from_env()
+        self.server: AgentServer = create_mcp_app(config=self.config, transport="http")
+        self.token = load_token()
+        self.origins = allowed_origins()
+        self.inner = self.server.streamable_http_app(
+            streamable_http_path=MCP_PATH,
+            session_idle_timeout=float(_int_env("ABX_MCP_SESSION_TTL", 3600)),
+            max_sessions=_int_env("ABX_MCP_MAX_SESSIONS", 100),
+            # Origins are checked here (403 with our allowlist); Host pinning would break
+            # reverse proxies, and auth is the real gate.
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+        self.started = time.time()
+        if self.token is None:
+            print("WARNING: ABX_MCP_AUTH_TOKEN is not set: anyone who can reach this port can "
+                  "run commands in sandboxes. Bind to 127.0.0.1 only, or set a token.",
+                  file=sys.stderr)
+        print_banner(
+            transport="streamable-http (POST/DELETE /mcp, GET /health)",
+            protocol="2024-11-05 ... 2025-11-25 (sessions), 2026-07-28",
+            template=self.config.template, tools=self.server.runtime.tools,
+            auth=("bearer token: configured" if self.token else
+                  "bearer token: SET BUT EMPTY - every request is refused" if self.token == ""
+                  else "none"),
+            stop="Ctrl-C / SIGTERM (uvicorn)")
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        if not origin_ok(header(scope, b"origin"), self.origins):
+            await send_json(send, 403, {"error": "origin not allowed"})
+            return
+        if not token_ok(self.token, header(scope, b"authorization")):
+            await send_json(send, 401, {"error": "missing or wrong bearer token"},
+                            [(b"www-authenticate", b'Bearer realm="agent-sandbox"')])
+            return
+        path, method = scope["path"].rstrip("/") or "/", scope["method"]
+        if path == "/health":
+            await send_json(send, 200, self.health())
+        elif path != MCP_PATH:
+            await send_json(send, 404, {"error": f"no route {path}; MCP is at {MCP_PATH}"})
+        elif method not in ("POST", "DELETE"):
+            # No standalone SSE stream: the SDK would answer GET with 400.
+            await send_json(send, 405, {"error": "use POST (or DELETE to end a session)"},
+                            [(b"allow", b"POST, DELETE")])
+        else:
+            await self.inner(scope, receive, send)
+
+    def health(self) -> dict[str, Any]:
+        rt = self.server.runtime
+        return {"status": "ok", "version": _version(), "protocol": HEALTH_PROTOCOL,
+                "uptime_s": round(time.time() - self.started, 1),
+                "sessions": len(rt.sessions), "sandboxes": rt.sessions.sandbox_count(),
+                "in_flight": rt.in_flight, "last_tool": rt.last_tool}
+
+    async def _lifespan(self, receive: Any, send: Any) -> None:
+        # A mounted Starlette app's lifespan does not run: enter the session manager here.
+        import anyio
+
+        message = await receive()
+        assert message["type"] == "lifespan.startup"
+        # Every SDK call is a blocking engine call in a worker thread: anyio's default of 40
+        # threads would queue concurrent tool calls behind each other.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = max(
+            64, self.config.max_concurrency + 8)
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                await stack.enter_async_context(self.server.session_manager.run())
+            except Exception as exc:  # noqa: BLE001
+                await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                return
+            await send({"type": "lifespan.startup.complete"})
+            message = await receive()  # lifespan.shutdown
+            stack.push_async_callback(self._shutdown)
+        await send({"type": "lifespan.shutdown.complete"})
+
+    async def _shutdown(self) -> None:
+        import anyio
+
+        from agent_sandbox.agent.mcp import _drain_pool
+
+        with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+            await self.server.runtime.sessions.end_all()
+            await anyio.to_thread.run_sync(_drain_pool)
+        self.server.runtime.audit.close()
+
+
+def _build() -> MCPHttpApp:
+    logging.basicConfig(level=os.environ.get("ABX_LOG_LEVEL", "WARNING").upper(),
+                        stream=sys.stderr)
+    return MCPHttpApp()
+
+
+asgi_app = _build()

@@ -1,0 +1,199 @@
+"""The MCP server object: tool listing, gating, overload control, errors, audit.
+
+Transport-independent: ``mcp.py`` serves it over STDIO, ``mcp_http.py`` over Streamable
+HTTP. A client session is keyed by the transport's session id (HTTP) or is the whole
+process (STDIO, where ``session_key`` is fixed).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import mcp_types as types
+from mcp.server import Server
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+
+from agent_sandbox.agent.audit import AuditLog
+from agent_sandbox.agent.config import AgentConfig
+from agent_sandbox.agent.progress import ProgressStreamer
+from agent_sandbox.agent.sessions import SessionRegistry, SessionState
+from agent_sandbox.agent.tools import CallContext, ToolOutput, ToolSpec, resolve_allowlist
+from agent_sandbox.errors import NotFoundError, ResourceExhaustedError, SandboxError
+
+log = logging.getLogger("agent_sandbox.agent")
+
+SERVER_NAME = "agent-sandbox"
+RETRY_AFTER_S = 1.0
+INSTRUCTIONS = (
+    "Isolated Linux sandboxes for running commands and editing files. Just call run_command, "
+    "read_file, write_file or list_files: a default sandbox is created on first use and "
+    "destroyed when this session ends (unless created with persistent=true).")
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("agent-sandbox")
+    except Exception:  # noqa: BLE001 - running from a source tree
+        return "0.0.0"
+
+
+class AgentRuntime:
+    """Everything the tool handler needs besides the SDK: settings, sessions, counters."""
+
+    def __init__(self, config: AgentConfig, tools: Sequence[ToolSpec], transport: str,
+                 audit: AuditLog) -> None:
+        self.config = config
+        self.tools = {t.name: t for t in tools}
+        self.transport = transport
+        self.audit = audit
+        self.sessions = SessionRegistry(transport)
+        self.in_flight = 0
+        self.started = time.time()
+        self.last_tool: dict[str, Any] | None = None
+
+
+class AgentServer(Server[Any]):
+    runtime: AgentRuntime
+
+
+def _connection(ctx: ServerRequestContext[Any, Any]) -> Any:
+    # The SDK hands low-level handlers a ServerSession; the per-client Connection (session
+    # id, exit_stack for teardown) sits behind it with no public accessor in mcp 2.3.
+    return ctx.session._connection  # noqa: SLF001
+
+
+def session_for(runtime: AgentRuntime, ctx: ServerRequestContext[Any, Any]) -> SessionState:
+    """This request's session state; an HTTP session's sandboxes die with the session."""
+    conn = _connection(ctx)
+    key = conn.session_id or runtime.transport
+    state, new = runtime.sessions.get(key)
+    if new and conn.session_id:
+        # Unwound by the SDK on DELETE, idle expiry and shutdown.
+        conn.exit_stack.push_async_callback(runtime.sessions.end, key)
+    return state
+
+
+def _result(out: ToolOutput, is_error: bool = False) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=out.text)],
+                                structured_content=out.data, is_error=is_error)
+
+
+def error_result(exc: SandboxError) -> types.CallToolResult:
+    err = {"code": exc.code, "message": exc.message, "details": exc.details}
+    return _result(ToolOutput(f"Error [{exc.code}]: {exc.message}", {"error": err}), True)
+
+
+def create_mcp_app(template: str | None = None, tools: str | Sequence[str] | None = None, *,
+                   config: AgentConfig | None = None, transport: str = "stdio",
+                   audit: AuditLog | None = None) -> AgentServer:
+    """Build the MCP server. ``template``/``tools`` override the ``ABX_MCP_*`` settings."""
+    config = config or AgentConfig.from_env()
+    if template:
+        config.template = template
+    if tools is not None:
+        config.tools = tools if isinstance(tools, str) else ",".join(tools)
+    allowed = resolve_allowlist(config.tools)
+    runtime = AgentRuntime(config, allowed, transport, audit or AuditLog(config.audit_log))
+    listing = [
+        types.Tool(name=t.name, description=t.description, input_schema=t.input_schema(),
+                   annotations=types.ToolAnnotations(read_only_hint=t.read_only,
+                                                     destructive_hint=t.destructive))
+        for t in allowed
+    ]
+
+    async def on_list_tools(ctx: ServerRequestContext[Any, Any],
+                            params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=listing)
+
+    async def on_call_tool(ctx: ServerRequestContext[Any, Any],
+                           params: types.CallToolRequestParams) -> types.CallToolResult:
+        return await _call_tool(runtime, ctx, params)
+
+    server = AgentServer(SERVER_NAME, version=_version(), instructions=INSTRUCTIONS,
+                         on_list_tools=on_list_tools, on_call_tool=on_call_tool)
+    server.runtime = runtime
+
+    async def track_sessions(ctx: ServerRequestContext[Any, Any], call_next: CallNext
+                             ) -> HandlerResult:
+        # Register HTTP sessions on their first request so /health counts them and DELETE
+        # cleans up even a session that never called a tool.
+        if _connection(ctx).session_id and ctx.method != "initialize":
+            session_for(runtime, ctx)
+        return await call_next(ctx)
+
+    server.middleware.append(track_sessions)
+    return server
+
+
+async def _call_tool(runtime: AgentRuntime, ctx: ServerRequestContext[Any, Any],
+                     params: types.CallToolRequestParams) -> types.CallToolResult:
+    started = time.monotonic()
+    call_id = uuid.uuid4().hex
+    session = session_for(runtime, ctx)
+    args = params.arguments or {}
+    spec = runtime.tools.get(params.name)
+    call = CallContext(session=session, config=runtime.config, call_id=call_id)
+    out: ToolOutput | None = None
+    result: types.CallToolResult
+    status = "ok"
+    code: str | None = None
+    try:
+        if spec is None:
+            raise NotFoundError(f"unknown tool {params.name!r}; available tools: "
+                                f"{', '.join(runtime.tools)}")
+        if runtime.in_flight >= runtime.config.max_concurrency:
+            status = "busy"
+            raise ResourceExhaustedError(
+                f"server busy: {runtime.config.max_concurrency} tool calls already running; "
+                f"retry after {RETRY_AFTER_S:g} s", details={"retry_after": RETRY_AFTER_S})
+        runtime.in_flight += 1
+        try:
+            out = await _run(spec, call, args, ctx)
+        finally:
+            runtime.in_flight -= 1
+        result = _result(out)
+    except SandboxError as exc:
+        status = "busy" if status == "busy" else "error"
+        code = exc.code
+        result = error_result(exc)
+    except Exception as exc:  # noqa: BLE001 - a bug must still answer the model
+        log.exception("tool %s failed", params.name)
+        status, code = "error", "internal"
+        result = error_result(SandboxError(f"internal error ({type(exc).__name__}); the "
+                                           "server log has details"))
+    if result.is_error and isinstance(result.structured_content, dict) and status == "busy":
+        result.structured_content["retry_after"] = RETRY_AFTER_S
+    duration = round((time.monotonic() - started) * 1000, 2)
+    runtime.last_tool = {"name": params.name, "status": status, "at": time.time(),
+                         "duration_ms": duration}
+    text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
+    runtime.audit.record(
+        trace_id=call_id, session_id=session.session_id, transport=runtime.transport,
+        tool=params.name, sandbox_id=call.sandbox_id, status=status, duration_ms=duration,
+        error_code=code, input_bytes=len(json.dumps(args, default=str)),
+        output_bytes=len(text.encode()))
+    return result
+
+
+async def _run(spec: ToolSpec, call: CallContext, args: dict[str, Any],
+               ctx: ServerRequestContext[Any, Any]) -> ToolOutput:
+    token = (ctx.meta or {}).get("progress_token")
+    if token is None:
+        return await spec.handler(call, args)
+
+    async def send(progress: float, message: str) -> None:
+        await ctx.session.report_progress(progress, None, message)
+
+    streamer = ProgressStreamer(send)
+    call.progress = streamer.push
+    try:
+        return await spec.handler(call, args)
+    finally:
+        await streamer.close()

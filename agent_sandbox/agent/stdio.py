@@ -1,0 +1,213 @@
+"""A bounded STDIO transport: newline-delimited JSON-RPC with strict framing.
+
+Unlike the SDK's stdio server it caps a message (8 MiB by default: a longer line gets an
+error and the next line is served), answers malformed JSON with -32700 instead of dropping
+it, and settles the handshake version the STDIO way (missing or unsupported -> 2024-11-05).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from typing import Any
+
+import anyio
+import mcp_types as types
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.shared.message import SessionMessage
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+from agent_sandbox.agent.config import STDIO_MAX_MESSAGE
+
+STDIO_DEFAULT_VERSION = "2024-11-05"
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+_READ_CHUNK = 1 << 16
+# Best effort: find the id of an oversized request in its first bytes, so the client
+# waiting on it gets an answer instead of hanging.
+_ID_NEAR_START = re.compile(rb'"id"\s*:\s*(-?\d{1,18}|"[^"\\]{0,200}")')
+
+
+def _error(code: int, message: str, msg_id: Any = None) -> SessionMessage:
+    return SessionMessage(types.JSONRPCError(
+        jsonrpc="2.0", id=msg_id, error=types.ErrorData(code=code, message=message)))
+
+
+def _id_of(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        mid = obj.get("id")
+        if isinstance(mid, str | int) and not isinstance(mid, bool):
+            return mid
+    return None
+
+
+def settle_initialize(obj: dict[str, Any]) -> None:
+    """Fill what a bare ``initialize`` lacks and pin the version STDIO clients expect."""
+    params = obj.get("params")
+    if not isinstance(params, dict):
+        params = obj["params"] = {}
+    if params.get("protocolVersion") not in HANDSHAKE_PROTOCOL_VERSIONS:
+        params["protocolVersion"] = STDIO_DEFAULT_VERSION
+    params.setdefault("capabilities", {})
+    params.setdefault("clientInfo", {"name": "unknown", "version": "0"})
+
+
+def parse_line(line: bytes) -> SessionMessage:
+    """One line of input -> the message to serve, or the error to answer with."""
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return _error(PARSE_ERROR, "Parse error: the line is not valid JSON")
+    if isinstance(obj, dict) and obj.get("method") == "initialize":
+        settle_initialize(obj)
+    try:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_python(obj, by_name=False))
+    except Exception:  # noqa: BLE001 - pydantic's error would echo the payload
+        return _error(INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message", _id_of(obj))
+
+
+class LineReader:
+    """Splits a byte stream into lines of at most ``limit`` bytes (newline excluded)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._buf = bytearray()
+        self._skipping = False  # inside an oversized line: drop bytes up to its newline
+        self._skipped_head = b""
+
+    def feed(self, data: bytes) -> list[bytes | SessionMessage]:
+        out: list[bytes | SessionMessage] = []
+        start = 0
+        while True:
+            nl = data.find(b"\n", start)
+            if nl < 0:
+                self._take(data[start:])
+                return out
+            self._take(data[start:nl])
+            if self._skipping:
+                found = _ID_NEAR_START.search(self._skipped_head)
+                mid = json.loads(found.group(1)) if found else None
+                out.append(_error(INVALID_REQUEST, f"Invalid Request: message larger than "
+                                  f"{self.limit} bytes", mid))
+                self._skipping = False
+            elif self._buf.strip():
+                out.append(bytes(self._buf))
+            self._buf.clear()
+            start = nl + 1
+
+    def _take(self, piece: bytes) -> None:
+        if self._skipping or not piece:
+            return
+        self._buf += piece
+        if len(self._buf) > self.limit:
+            self._skipping = True
+            self._skipped_head = bytes(self._buf[:1024])
+            self._buf.clear()
+
+
+def _claim_fd(fd: int, diversion: int) -> int:
+    """Take ``fd`` for the wire; point the standard descriptor at ``diversion``."""
+    private = os.dup(fd)
+    os.set_inheritable(private, False)
+    os.dup2(diversion, fd)
+    return private
+
+
+class _DaemonReader:
+    """Reads a descriptor in a daemon thread.
+
+    A read blocked on stdin cannot be interrupted; in a (non-daemon) worker thread it would
+    keep the process alive after SIGTERM. A few chunks are buffered ahead (backpressure).
+    """
+
+    def __init__(self, fd: int, ahead: int = 16) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue[bytes] = asyncio.Queue()
+        self._room = threading.Semaphore(ahead)
+        threading.Thread(target=self._run, args=(fd,), name="abx-mcp-stdin", daemon=True).start()
+
+    def _run(self, fd: int) -> None:
+        while True:
+            self._room.acquire()
+            try:
+                data = os.read(fd, _READ_CHUNK)
+            except OSError:
+                data = b""
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, data)
+            if not data:
+                return
+
+    async def read(self) -> bytes:
+        data = await self._queue.get()
+        self._room.release()
+        return data
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+@asynccontextmanager
+async def bounded_stdio(limit: int = STDIO_MAX_MESSAGE, stdin_fd: int = 0, stdout_fd: int = 1
+                        ) -> AsyncIterator[tuple[MemoryObjectReceiveStream[Any],
+                                                 MemoryObjectSendStream[SessionMessage]]]:
+    """Serve over the process's stdin/stdout; fd 1 points at stderr meanwhile, so stray
+    prints never corrupt the wire, and fd 0 at /dev/null."""
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    in_fd = _claim_fd(stdin_fd, devnull)
+    os.close(devnull)
+    out_fd = _claim_fd(stdout_fd, 2)
+    read_send, read_recv = anyio.create_memory_object_stream[Any](64)
+    write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](64)
+    writer_done = anyio.Event()
+
+    async def reader(replies: MemoryObjectSendStream[SessionMessage]) -> None:
+        lines = LineReader(limit)
+        chunks = _DaemonReader(in_fd)
+        async with read_send, replies:
+            while data := await chunks.read():  # b"" is EOF: the session ends
+                for item in lines.feed(data):
+                    msg = item if isinstance(item, SessionMessage) else parse_line(item)
+                    if isinstance(msg.message, types.JSONRPCError):
+                        await replies.send(msg)  # framing errors are answered right here
+                    else:
+                        await read_send.send(msg)
+
+    async def writer() -> None:
+        try:
+            async with write_recv:
+                async for msg in write_recv:
+                    payload = msg.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    await anyio.to_thread.run_sync(_write_all, out_fd,
+                                                   payload.encode() + b"\n")
+        except OSError:
+            pass  # the client is gone; EOF on stdin follows
+        finally:
+            writer_done.set()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(writer)
+            async with anyio.create_task_group() as rtg:
+                rtg.start_soon(reader, write_send.clone())
+                try:
+                    yield read_recv, write_send.clone()
+                finally:
+                    rtg.cancel_scope.cancel()
+            # Let replies already queued reach the client before closing the wire.
+            write_send.close()
+            with anyio.move_on_after(3, shield=True):
+                await writer_done.wait()
+            tg.cancel_scope.cancel()
+    finally:
+        with suppress(OSError):
+            os.close(in_fd)
+        with suppress(OSError):
+            os.close(out_fd)

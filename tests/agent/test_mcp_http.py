@@ -1,0 +1,182 @@
+"""The Streamable HTTP MCP server, run by uvicorn as a real subprocess on loopback."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import httpx2 as httpx
+import pytest
+from _helpers import ROOT, server_env, wait_gone
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+TOKEN = "t0ken-for-tests"
+ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "raw", "version": "1"}}}
+
+
+class Uvicorn:
+    def __init__(self, **env: str) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "agent_sandbox.agent.mcp_http:asgi_app",
+             "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"],
+            cwd=ROOT, env=server_env(**env), stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(self.url + "/health", timeout=1)
+                return
+            except httpx.TransportError:
+                time.sleep(0.1)
+        raise RuntimeError("uvicorn did not start")
+
+    def stop(self) -> str:
+        self.proc.terminate()
+        try:
+            _, err = self.proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+        return err
+
+
+@pytest.fixture(scope="module")
+def srv() -> Iterator[Uvicorn]:
+    server = Uvicorn(ABX_MCP_AUTH_TOKEN=TOKEN, ABX_MCP_ALLOWED_ORIGINS="https://app.example")
+    yield server
+    server.stop()
+
+
+def auth(token: str = TOKEN) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def rpc_body(resp: httpx.Response) -> dict[str, Any]:
+    if resp.headers.get("content-type", "").startswith("text/event-stream"):
+        for line in resp.text.splitlines():
+            if line.startswith("data:") and line[5:].strip():
+                return json.loads(line[5:])
+    return resp.json()
+
+
+def open_session(base: str, headers: dict[str, str]) -> str:
+    r = httpx.post(base + "/mcp", json=INIT, headers={**ACCEPT, **headers})
+    assert r.status_code == 200, r.text
+    sid = r.headers["mcp-session-id"]
+    httpx.post(base + "/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+               headers={**ACCEPT, **headers, "Mcp-Session-Id": sid})
+    return sid
+
+
+def call_tool(base: str, headers: dict[str, str], sid: str, name: str,
+              args: dict[str, Any]) -> dict[str, Any]:
+    r = httpx.post(base + "/mcp", headers={**ACCEPT, **headers, "Mcp-Session-Id": sid},
+                   json={"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                         "params": {"name": name, "arguments": args}}, timeout=60)
+    assert r.status_code == 200, r.text
+    return rpc_body(r)["result"]
+
+
+def test_statuses(srv: Uvicorn) -> None:
+    u = srv.url
+    assert httpx.get(u + "/health").status_code == 401
+    assert httpx.get(u + "/health", headers=auth("wrong")).status_code == 401
+    health = httpx.get(u + "/health", headers=auth())
+    assert health.status_code == 200
+    assert health.json()["status"] == "ok" and health.json()["protocol"] == "2025-06-18"
+    assert httpx.post(u + "/mcp", json=INIT, headers=ACCEPT).status_code == 401
+    evil = {**ACCEPT, **auth(), "Origin": "http://evil.example"}
+    assert httpx.post(u + "/mcp", json=INIT, headers=evil).status_code == 403
+    for ok_origin in ("https://app.example", "http://localhost:3000"):
+        r = httpx.post(u + "/mcp", json=INIT, headers={**ACCEPT, **auth(), "Origin": ok_origin})
+        assert r.status_code == 200
+        httpx.delete(u + "/mcp", headers={**auth(), "Mcp-Session-Id": r.headers["mcp-session-id"]})
+    assert httpx.get(u + "/mcp", headers=auth()).status_code == 405
+    assert httpx.get(u + "/nope", headers=auth()).status_code == 404
+    unknown = {**ACCEPT, **auth(), "Mcp-Session-Id": "no-such-session"}
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    assert httpx.post(u + "/mcp", json=listing, headers=unknown).status_code == 404
+    assert httpx.post(u + "/mcp", json=listing, headers={**ACCEPT, **auth()}).status_code == 400
+
+
+def test_official_client_sessions_isolation_and_delete(srv: Uvicorn) -> None:
+    async def main() -> tuple[str, dict[str, Any]]:
+        async with contextlib.AsyncExitStack() as stack:
+            h1 = await stack.enter_async_context(httpx.AsyncClient(headers=auth(), timeout=60))
+            h2 = await stack.enter_async_context(httpx.AsyncClient(headers=auth(), timeout=60))
+            a = await stack.enter_async_context(Client(
+                streamable_http_client(srv.url + "/mcp", http_client=h1), mode="legacy"))
+            b = await stack.enter_async_context(Client(
+                streamable_http_client(srv.url + "/mcp", http_client=h2), mode="legacy"))
+            if True:
+                tools = {t.name for t in (await a.list_tools()).tools}
+                assert "run_command" in tools and len(tools) == 13
+                r = await a.call_tool("run_command", {"command": "echo $((6*7))"})
+                assert not r.is_error and r.structured_content["stdout"] == "42\n"
+                mine = r.structured_content["sandbox_id"]
+                r = await b.call_tool("run_command", {"command": "true", "sandbox_id": mine})
+                assert r.is_error and r.structured_content["error"]["code"] == "not_found"
+                r = await b.call_tool("list_sandboxes", {})
+                assert mine not in {s["sandbox_id"] for s in r.structured_content["sandboxes"]}
+                health = httpx.get(srv.url + "/health", headers=auth()).json()
+                return mine, health
+
+    mine, health = anyio.run(main)
+    assert health["sessions"] >= 2 and health["sandboxes"] >= 1
+    assert health["last_tool"]["name"] == "list_sandboxes"
+    # Closing the client sends DELETE: the session's sandbox goes with it.
+    assert not wait_gone({mine})
+
+
+def test_auto_mode_client(srv: Uvicorn) -> None:
+    async def main() -> None:
+        async with httpx.AsyncClient(headers=auth(), timeout=60) as h, \
+                Client(streamable_http_client(srv.url + "/mcp", http_client=h)) as c:
+            r = await c.call_tool("run_command", {"command": "echo auto"})
+            assert not r.is_error and r.structured_content["stdout"] == "auto\n"
+            r = await c.call_tool("run_code", {"code": "1+1"})
+            assert r.is_error and "not available yet" in r.content[0].text  # type: ignore
+
+    anyio.run(main)
+
+
+def test_idle_expiry_session_cap_and_loopback_warning() -> None:
+    server = Uvicorn(ABX_MCP_SESSION_TTL="2", ABX_MCP_MAX_SESSIONS="1")
+    try:
+        sid = open_session(server.url, {})
+        result = call_tool(server.url, {}, sid, "run_command", {"command": "true"})
+        sandbox = result["structuredContent"]["sandbox_id"]
+        r = httpx.post(server.url + "/mcp", json=INIT, headers=ACCEPT)
+        assert r.status_code == 503
+        assert not wait_gone({sandbox}, timeout=12), "idle expiry must destroy the sandbox"
+        assert httpx.get(server.url + "/health").json()["sessions"] == 0
+        r = httpx.post(server.url + "/mcp", json=INIT, headers=ACCEPT)  # room again
+        assert r.status_code == 200
+    finally:
+        err = server.stop()
+    assert "ABX_MCP_AUTH_TOKEN is not set" in err
+
+
+def test_empty_token_fails_closed() -> None:
+    server = Uvicorn(ABX_MCP_AUTH_TOKEN="")
+    try:
+        assert httpx.get(server.url + "/health").status_code == 401
+        assert httpx.get(server.url + "/health", headers=auth("x")).status_code == 401
+        assert httpx.post(server.url + "/mcp", json=INIT, headers={**ACCEPT, **auth(TOKEN)}
+                          ).status_code == 401
+    finally:
+        server.stop()
