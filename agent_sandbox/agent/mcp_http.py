@@ -14,7 +14,9 @@ import sys
 import time
 from typing import Any
 
+import mcp_types as types
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
 
 from agent_sandbox.agent.banner import print_banner
 from agent_sandbox.agent.config import AgentConfig, _int_env
@@ -29,6 +31,12 @@ from agent_sandbox.agent.http_guard import (
 from agent_sandbox.agent.server import AgentServer, _version, create_mcp_app
 
 log = logging.getLogger("agent_sandbox.agent")
+
+
+async def _no_sessionless_era(ctx: Any, params: Any) -> Any:
+    raise MCPError(types.METHOD_NOT_FOUND,
+                   "this server is sessionful over HTTP: connect with the initialize handshake "
+                   "(protocol 2024-11-05 to 2025-11-25)")
 HEALTH_PROTOCOL = "2025-06-18"
 MCP_PATH = "/mcp"
 
@@ -38,6 +46,11 @@ class MCPHttpApp:
         os.environ.setdefault("ABX_POOL_SIZE", "2")  # before the engine starts
         self.config = AgentConfig.from_env()
         self.server: AgentServer = create_mcp_app(config=self.config, transport="http")
+        # The sessionless 2026-07-28 era has no session to own sandboxes or to end them:
+        # answering discover with "method not found" makes a modern client fall back to
+        # the handshake, so every HTTP client gets a session of its own.
+        self.server.add_request_handler("server/discover", types.RequestParams,
+                                        _no_sessionless_era)
         self.token = load_token()
         self.origins = allowed_origins()
         self.inner = self.server.streamable_http_app(

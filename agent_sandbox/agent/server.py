@@ -23,7 +23,12 @@ from agent_sandbox.agent.config import AgentConfig
 from agent_sandbox.agent.progress import ProgressStreamer
 from agent_sandbox.agent.sessions import SessionRegistry, SessionState
 from agent_sandbox.agent.tools import CallContext, ToolOutput, ToolSpec, resolve_allowlist
-from agent_sandbox.errors import NotFoundError, ResourceExhaustedError, SandboxError
+from agent_sandbox.errors import (
+    NotFoundError,
+    ResourceExhaustedError,
+    SandboxError,
+    WrongStateError,
+)
 
 log = logging.getLogger("agent_sandbox.agent")
 
@@ -72,6 +77,10 @@ def _connection(ctx: ServerRequestContext[Any, Any]) -> Any:
 def session_for(runtime: AgentRuntime, ctx: ServerRequestContext[Any, Any]) -> SessionState:
     """This request's session state; an HTTP session's sandboxes die with the session."""
     conn = _connection(ctx)
+    if runtime.transport == "http" and not conn.session_id:
+        # Sessionless HTTP would pool every client's sandboxes together: refuse.
+        raise WrongStateError("this HTTP server needs a session: connect with the initialize "
+                              "handshake and send its Mcp-Session-Id")
     key = conn.session_id or runtime.transport
     state, new = runtime.sessions.get(key)
     if new and conn.session_id:
@@ -136,15 +145,17 @@ async def _call_tool(runtime: AgentRuntime, ctx: ServerRequestContext[Any, Any],
                      params: types.CallToolRequestParams) -> types.CallToolResult:
     started = time.monotonic()
     call_id = uuid.uuid4().hex
-    session = session_for(runtime, ctx)
     args = params.arguments or {}
     spec = runtime.tools.get(params.name)
-    call = CallContext(session=session, config=runtime.config, call_id=call_id)
     out: ToolOutput | None = None
     result: types.CallToolResult
     status = "ok"
     code: str | None = None
+    session: SessionState | None = None
+    call: CallContext | None = None
     try:
+        session = session_for(runtime, ctx)
+        call = CallContext(session=session, config=runtime.config, call_id=call_id)
         if spec is None:
             raise NotFoundError(f"unknown tool {params.name!r}; available tools: "
                                 f"{', '.join(runtime.tools)}")
@@ -175,8 +186,9 @@ async def _call_tool(runtime: AgentRuntime, ctx: ServerRequestContext[Any, Any],
                          "duration_ms": duration}
     text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
     runtime.audit.record(
-        trace_id=call_id, session_id=session.session_id, transport=runtime.transport,
-        tool=params.name, sandbox_id=call.sandbox_id, status=status, duration_ms=duration,
+        trace_id=call_id, session_id=session.session_id if session else None,
+        transport=runtime.transport, tool=params.name,
+        sandbox_id=call.sandbox_id if call else None, status=status, duration_ms=duration,
         error_code=code, input_bytes=len(json.dumps(args, default=str)),
         output_bytes=len(text.encode()))
     return result

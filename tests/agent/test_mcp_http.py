@@ -146,6 +146,9 @@ def test_auto_mode_client(srv: Uvicorn) -> None:
     async def main() -> None:
         async with httpx.AsyncClient(headers=auth(), timeout=60) as h, \
                 Client(streamable_http_client(srv.url + "/mcp", http_client=h)) as c:
+            # Over HTTP the server is sessionful: an auto client falls back to a handshake
+            # version (and so gets a session of its own).
+            assert c.protocol_version <= "2025-11-25", c.protocol_version
             r = await c.call_tool("run_command", {"command": "echo auto"})
             assert not r.is_error and r.structured_content["stdout"] == "auto\n"
             r = await c.call_tool("run_code", {"code": "1+1"})
@@ -180,3 +183,22 @@ def test_empty_token_fails_closed() -> None:
                           ).status_code == 401
     finally:
         server.stop()
+
+
+def test_sessionless_requests_are_refused(srv: Uvicorn) -> None:
+    """A raw modern-era request with no session cannot reach any sandbox."""
+    headers = {**auth(), "Accept": "application/json, text/event-stream",
+               "Content-Type": "application/json", "MCP-Protocol-Version": "2026-07-28"}
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"}}
+    for method, params in (("server/discover", {}),
+                           ("tools/call", {"name": "run_command",
+                                           "arguments": {"command": "echo leaked"}})):
+        body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": meta}}
+        routing = {"Mcp-Method": method}
+        if method == "tools/call":
+            routing["Mcp-Name"] = params["name"]
+        r = httpx.post(srv.url + "/mcp", json=body, headers={**headers, **routing}, timeout=30)
+        assert "error" in r.text and "handshake" in r.text, (method, r.text)
+        assert "leaked" not in r.text
