@@ -43,6 +43,10 @@ class EngineConfig:
     # Keep at least this much of the host filesystem free (refuse to grow past it).
     host_reserve_mb: int = 2048
     reaper_interval: float = 2.0
+    # A frozen sandbox still holds its memory; after this long paused its container is
+    # stopped (disk kept). Resuming then boots it afresh: files stay, processes do not.
+    paused_stop_after: float = field(
+        default_factory=lambda: float(os.environ.get("ABX_PAUSED_STOP_AFTER", "900")))
     # Warm pool: started, unclaimed sandboxes per pooled template, so a create that fits
     # (default limits, no network, no volume) returns in milliseconds. Long-lived servers
     # turn it on; a one-off script should not leave warm sandboxes behind.

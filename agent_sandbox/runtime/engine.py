@@ -696,15 +696,24 @@ class Engine:
             fcntl.flock(fh, fcntl.LOCK_UN)
             return True
 
-    def reap_once(self) -> None:
-        """Auto-pause sandboxes idle past their timeout."""
-        now = time.time()
+    def reap_once(self, now: float | None = None) -> None:
+        """Auto-pause sandboxes idle past their timeout; stop the containers of ones
+        paused for long, releasing their memory (disk kept; the next use boots them
+        again, without the processes they had)."""
+        now = time.time() if now is None else now
+        stop_after = self.config.paused_stop_after
         for row in self.store.list_sandboxes():
-            if row.state == "running" and row.last_used + row.timeout < now:
-                try:
+            idle_until = row.last_used + row.timeout
+            try:
+                if row.state == "running" and idle_until < now:
                     self.pause(row.id)
-                except Exception:  # noqa: BLE001 - one bad sandbox must not stop the reaper
-                    continue
+                elif row.state == "paused" and idle_until + stop_after < now:
+                    with self._lock(row.id):
+                        state = self.runc.state(row.id)
+                        if state and state["status"] == "paused":
+                            self.runc.delete(row.id)
+            except Exception:  # noqa: BLE001 - one bad sandbox must not stop the reaper
+                continue
 
     def _reap_loop(self) -> None:
         last_refresh = time.monotonic()

@@ -122,6 +122,25 @@ def test_idle_timeout_auto_pauses_and_use_extends() -> None:
         assert sb.info().state == "running"
 
 
+def test_long_paused_sandbox_releases_memory_and_boots_again() -> None:
+    from agent_sandbox.providers.local import local_provider
+
+    engine = local_provider()
+    with Sandbox.create(timeout=1) as sb:
+        sb.files.write("/workspace/kept.txt", "disk survives")
+        sb.commands.run("sleep 1000", background=True)
+        later = time.time() + 1 + engine.config.paused_stop_after + 5
+        engine.reap_once(now=time.time() + 2)  # idle: paused (frozen)
+        assert sb.info().state == "paused"
+        engine.reap_once(now=later)  # paused for long: container stopped
+        assert engine.runc.state(sb.sandbox_id) is None
+        assert sb.info().state == "paused"
+        # Any use boots it again from the same disk; the old processes are gone.
+        assert sb.files.read("/workspace/kept.txt") == "disk survives"
+        assert sb.info().state == "running"
+        assert not [p for p in sb.commands.list() if "sleep 1000" in p.cmd]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
