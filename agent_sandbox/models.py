@@ -86,3 +86,98 @@ class VolumeInfo(BaseModel):
     size_mb: int
     created_at: float
     attached_to: str = ""
+
+
+# ---- the code interpreter -------------------------------------------------------------------
+
+# MIME type -> Result attribute.
+RESULT_MIME_FIELDS = {
+    "text/plain": "text", "text/html": "html", "text/markdown": "markdown",
+    "image/svg+xml": "svg", "image/png": "png", "image/jpeg": "jpeg", "application/pdf": "pdf",
+    "text/latex": "latex", "application/json": "json", "application/javascript": "javascript",
+}
+
+
+class Result(BaseModel):
+    """One display item of a cell (``display(...)``, a figure, or the last expression's
+    value when ``is_main_result``), one attribute per format as in E2B. Binary formats
+    (``png``, ``jpeg``, ``pdf``) are base64 text; ``json`` is the decoded value."""
+
+    text: str | None = None
+    html: str | None = None
+    markdown: str | None = None
+    svg: str | None = None
+    png: str | None = None
+    jpeg: str | None = None
+    pdf: str | None = None
+    latex: str | None = None
+    json_data: Any = Field(default=None, alias="json")
+    javascript: str | None = None
+    # Formats with no attribute of their own, by MIME type.
+    extra: dict[str, Any] = {}
+    is_main_result: bool = False
+
+    model_config = {"populate_by_name": True}
+
+    @property
+    def json(self) -> Any:  # type: ignore[override]
+        return self.json_data
+
+    @classmethod
+    def from_bundle(cls, data: dict[str, Any], is_main_result: bool = False) -> Result:
+        fields: dict[str, Any] = {"is_main_result": is_main_result, "extra": {}}
+        for mime, value in data.items():
+            name = RESULT_MIME_FIELDS.get(mime)
+            if name is None:
+                fields["extra"][mime] = value
+            else:
+                fields["json_data" if name == "json" else name] = value
+        return cls(**fields)
+
+    def formats(self) -> list[str]:
+        """The formats this result has, e.g. ``["text", "png"]``."""
+        out = [name for name in RESULT_MIME_FIELDS.values()
+               if getattr(self, "json_data" if name == "json" else name) is not None]
+        return out + list(self.extra)
+
+    def __str__(self) -> str:
+        return self.text or ""
+
+
+class ExecutionError(BaseModel):
+    name: str
+    value: str
+    traceback: str = ""
+
+
+class Execution(BaseModel):
+    """What a ``run_code`` cell produced: results, output streams, the error if any."""
+
+    results: list[Result] = []
+    stdout: str = ""
+    stderr: str = ""
+    error: ExecutionError | None = None
+    execution_count: int | None = None
+    context_id: str = "default"
+    # The context's kernel was found dead and started again (its variables were lost).
+    kernel_restarted: bool = False
+
+    @property
+    def text(self) -> str | None:
+        """The main result's text, like E2B's ``Execution.text``."""
+        for result in self.results:
+            if result.is_main_result:
+                return result.text
+        return None
+
+    @property
+    def logs(self) -> dict[str, str]:
+        return {"stdout": self.stdout, "stderr": self.stderr}
+
+
+class CodeContext(BaseModel):
+    """An independent interpreter (its own kernel and variables) inside a sandbox."""
+
+    id: str
+    language: str = "python"
+    cwd: str = "/workspace"

@@ -44,6 +44,10 @@ if ! .venv/bin/python -c "import agent_sandbox" 2>/dev/null \
     touch .venv/.installed
 fi
 
+# The code-interpreter-v1 template (a Python environment with a Jupyter kernel), from the
+# package registry once; later runs only check it (well under a second).
+.venv/bin/python -m agent_sandbox.runtime.code_template
+
 case "$job" in
     "") say "set up; run 'scripts/setup.sh mcp' or 'scripts/setup.sh test'" ;;
     mcp) exec .venv/bin/python -m agent_sandbox.agent.mcp "$@" ;;

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DEFAULT_TEMPLATE = "base"  # no Jupyter kernel yet, so no "code" template by default
+DEFAULT_TEMPLATE = "code-interpreter-v1"  # base plus Python with a Jupyter kernel
 DEFAULT_OUTPUT_BUDGET = 100 * 1024
 DEFAULT_MAX_CONCURRENCY = 32
 STDIO_MAX_MESSAGE = 8 * 1024 * 1024

@@ -90,8 +90,10 @@ def session_for(runtime: AgentRuntime, ctx: ServerRequestContext[Any, Any]) -> S
 
 
 def _result(out: ToolOutput, is_error: bool = False) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(text=out.text)],
-                                structured_content=out.data, is_error=is_error)
+    content: list[Any] = [types.TextContent(text=out.text)]
+    content += [types.ImageContent(data=data, mime_type=mime) for data, mime in out.images]
+    return types.CallToolResult(content=content, structured_content=out.data,
+                                is_error=is_error)
 
 
 def error_result(exc: SandboxError) -> types.CallToolResult:

@@ -19,7 +19,7 @@ from agent_sandbox.agent.args import Args
 from agent_sandbox.agent.config import AgentConfig
 from agent_sandbox.agent.output import OUTPUT_DIR, cut, split_budget
 from agent_sandbox.agent.sessions import SessionState
-from agent_sandbox.errors import InvalidArgumentError, RuntimeUnavailableError
+from agent_sandbox.errors import InvalidArgumentError, WrongStateError
 from agent_sandbox.models import SandboxInfo
 from agent_sandbox.sdk import AsyncSandbox
 from agent_sandbox.sdk.async_sandbox import AsyncCommandHandle
@@ -40,6 +40,8 @@ class CallContext:
 class ToolOutput:
     text: str
     data: dict[str, Any] = field(default_factory=dict)
+    # Images to show the model: (base64 data, MIME type), sent as MCP image content.
+    images: list[tuple[str, str]] = field(default_factory=list)
 
 
 Handler = Callable[[CallContext, dict[str, Any]], Awaitable[ToolOutput]]
@@ -180,12 +182,71 @@ async def kill_sandbox(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
 
 # ---- code and commands --------------------------------------------------------------------
 
+_IMAGE_FORMATS = (("png", "image/png"), ("jpeg", "image/jpeg"))
+
+
 async def run_code(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
-    Args("run_code", raw, RUN_CODE.accepted())
-    raise RuntimeUnavailableError(
-        "The code interpreter (a Jupyter kernel) is not available yet in this build. Meanwhile "
-        "use run_command, e.g. python3 -c '...' or write a script with write_file and run "
-        "python3 script.py.", details={"alternative": "run_command"})
+    a = Args("run_code", raw, RUN_CODE.accepted())
+    code = a.str("code", required=True)
+    language = a.str("language", "python")
+    timeout = a.num("timeout", 60, minimum=0.001)
+    context = a.str("context")
+    sb = await sandbox_for(ctx, a.str("sandbox_id"))
+    sink = ctx.progress
+    on_out = (lambda t: sink("stdout", t)) if sink else None
+    on_err = (lambda t: sink("stderr", t)) if sink else None
+    started = time.monotonic()
+    try:
+        ex = await sb.run_code(code, language=language, timeout=timeout, context=context,
+                               on_stdout=on_out, on_stderr=on_err)
+    except WrongStateError as exc:  # no kernel in this sandbox's template
+        raise WrongStateError(exc.message + "; or use run_command with python3 -c '...'",
+                              details={"alternative": "run_command"}) from None
+    took = round((time.monotonic() - started) * 1000, 1)
+    streams, saved = await _fit_streams(sb, ctx, {"stdout": ex.stdout, "stderr": ex.stderr})
+    budget = ctx.config.output_budget
+    images: list[tuple[str, str]] = []
+    results: list[dict[str, Any]] = []
+    parts = [f"[{ex.execution_count}] context {ex.context_id}" if ex.execution_count
+             else f"context {ex.context_id}"]
+    if ex.kernel_restarted:
+        parts.append("note: the kernel had died and was restarted: earlier variables are lost")
+    for name, text in streams.items():
+        if text:
+            parts.append(f"--- {name} ---\n{text.rstrip()}")
+    for res in ex.results:
+        item: dict[str, Any] = {"is_main_result": res.is_main_result, "formats": res.formats()}
+        for fmt in ("text", "html", "markdown", "svg", "latex"):
+            value = getattr(res, fmt)
+            if value is not None:
+                item[fmt] = cut(value, budget // 4, None)
+        if res.json is not None:
+            item["json"] = res.json
+        attached = []
+        for fmt, mime in _IMAGE_FORMATS:
+            value = getattr(res, fmt)
+            if value:
+                images.append((value, mime))
+                attached.append(f"image #{len(images)}")
+                item[fmt] = f"(attached as image #{len(images)})"
+        results.append(item)
+        label = "result" if res.is_main_result else "display"
+        shown = item.get("text") or ", ".join(res.formats())
+        parts.append(f"--- {label} ---\n{shown}" + (f" [{', '.join(attached)} attached]"
+                                                     if attached else ""))
+    if ex.error:
+        trace = ex.error.traceback
+        trace = cut(trace, budget // 4, None)
+        parts.append(f"--- error ---\n{ex.error.name}: {ex.error.value}"
+                     + (f"\n{trace}" if trace else ""))
+    if len(parts) == 1:
+        parts.append("(no output)")
+    data = {"sandbox_id": sb.sandbox_id, "context": ex.context_id,
+            "execution_count": ex.execution_count, **streams, "results": results,
+            "error": ex.error.model_dump() if ex.error else None,
+            "kernel_restarted": ex.kernel_restarted, "truncated": bool(saved),
+            "full_output": saved, "duration_ms": took}
+    return ToolOutput("\n".join(parts), data, images)
 
 
 async def _save_full(sb: AsyncSandbox, ctx: CallContext, stream: str, text: str) -> str | None:
@@ -421,12 +482,19 @@ LIST_SANDBOXES = ToolSpec(
 
 RUN_CODE = ToolSpec(
     "run_code",
-    "Run code in a stateful interpreter (Jupyter kernel). NOT AVAILABLE YET in this build: it "
-    "answers with an error; use run_command with python3 -c '...' instead.",
-    {"code": {"type": "string", "description": "The code to run."},
-     "language": {"type": "string", "description": "Language (default python)."},
-     "timeout": {"type": "number", "description": "Seconds before giving up."},
-     "context": {"type": "string", "description": "Interpreter context id to reuse."},
+    "Run Python in a stateful interpreter (a Jupyter kernel, like a notebook cell): variables, "
+    "imports and functions persist between calls. Returns stdout/stderr, the value of the last "
+    "expression, rich displays, and an error with its traceback if the code raised. "
+    "matplotlib figures come back as PNG images. numpy, pandas and matplotlib are installed; "
+    "pip install more with run_command (they vanish on reset_rootfs). A cell running past "
+    "timeout is interrupted, keeping the variables. Needs a sandbox whose template has a "
+    "kernel (code-interpreter-v1).",
+    {"code": {"type": "string", "description": "The Python code to run."},
+     "language": {"type": "string", "description": "Language (only python)."},
+     "timeout": {"type": "number", "description": "Seconds before the cell is interrupted "
+                 "(default 60)."},
+     "context": {"type": "string", "description": "Interpreter context id (default: the "
+                 "sandbox's default context)."},
      "sandbox_id": _SANDBOX_ID},
     run_code, required=("code",))
 

@@ -11,16 +11,20 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Protocol, runtime_checkable
 
 from agent_sandbox.models import (
+    CodeContext,
     CommandResult,
     EntryInfo,
+    Execution,
     ProcessInfo,
     ProcessOutput,
+    Result,
     SandboxInfo,
     TemplateInfo,
     VolumeInfo,
 )
 
 OutputCallback = Callable[[str], None]
+ResultCallback = Callable[[Result], None]
 
 
 @runtime_checkable
@@ -58,6 +62,17 @@ class Provider(Protocol):
     def processes(self, sandbox_id: str) -> list[ProcessInfo]: ...
     def custom(self, sandbox_id: str, name: str,
                args: list[str] | None = None) -> CommandResult: ...
+
+    # code interpreter (templates with a kernel, such as code-interpreter-v1)
+    def run_code(self, sandbox_id: str, code: str, language: str = "python",
+                 timeout: float | None = 60, context: str | CodeContext | None = None,
+                 on_stdout: OutputCallback | None = None,
+                 on_stderr: OutputCallback | None = None,
+                 on_result: ResultCallback | None = None) -> Execution: ...
+    def create_code_context(self, sandbox_id: str, cwd: str | None = None,
+                            language: str = "python") -> CodeContext: ...
+    def restart_code_context(self, sandbox_id: str,
+                             context: str | CodeContext | None = None) -> None: ...
 
     # files
     def read_file(self, sandbox_id: str, path: str, offset: int = 0,

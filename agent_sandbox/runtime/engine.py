@@ -13,6 +13,7 @@ import json
 import os
 import py_compile
 import secrets
+import select
 import shlex
 import shutil
 import signal
@@ -30,17 +31,21 @@ from agent_sandbox.errors import (
     WrongStateError,
 )
 from agent_sandbox.models import (
+    CodeContext,
     CommandResult,
     EntryInfo,
+    Execution,
     ProcessInfo,
     ProcessOutput,
+    Result,
     SandboxInfo,
     TemplateInfo,
     VolumeInfo,
 )
-from agent_sandbox.runtime import disk, rootfs, syscalls, validate
+from agent_sandbox.runtime import code_template, disk, rootfs, syscalls, validate
 from agent_sandbox.runtime.config import HOST_ID_BASE, EngineConfig, Limits
 from agent_sandbox.runtime.guest_client import ExecResult, GuestClient, GuestUnavailableError
+from agent_sandbox.runtime.kernels import Kernels
 from agent_sandbox.runtime.oci import DEFAULT_PATH, BundleSpec, build_config
 from agent_sandbox.runtime.runc import Runc
 from agent_sandbox.runtime.store import SandboxRow, Store, VolumeRow
@@ -94,6 +99,7 @@ class Engine:
         self._locks_guard = threading.Lock()
         self._stop = threading.Event()
         self._pool_wake = threading.Event()
+        self._code = Kernels(self)
         self.recover()
         if reaper:
             threading.Thread(target=self._reap_loop, name="abx-reaper", daemon=True).start()
@@ -104,6 +110,7 @@ class Engine:
     def close(self) -> None:
         self._stop.set()
         self._pool_wake.set()
+        self._code.close()
 
     # paths ------------------------------------------------------------------------------
     @property
@@ -169,6 +176,8 @@ class Engine:
         volume: str | None = None,
         owner: str = "",
     ) -> SandboxInfo:
+        if template == code_template.NAME:
+            code_template.ensure(self.templates)  # built on first use (minutes, once)
         tmpl = self.templates.get(template)
         defaults = self.config.limits
         limits = Limits(
@@ -307,7 +316,7 @@ class Engine:
         run_dir.mkdir(exist_ok=True)
         if not os.path.ismount(run_dir):
             syscalls.mount("tmpfs", str(run_dir), "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
-                           f"size=1m,nr_inodes=64,mode=0700,uid={HOST_ID_BASE},"
+                           f"size=4m,nr_inodes=1024,mode=0700,uid={HOST_ID_BASE},"
                            f"gid={HOST_ID_BASE}")
         sock = Path(self._socket(row.id))
         sock.unlink(missing_ok=True)
@@ -363,13 +372,24 @@ class Engine:
             raise RuntimeUnavailableError("network=True needs slirp4netns "
                                           "(apt-get install slirp4netns)")
         log = open(self._dir(row.id) / "slirp.log", "ab")  # noqa: SIM115
+        ready_r, ready_w = os.pipe()
         proc = subprocess.Popen(
             ["slirp4netns", "--configure", "--mtu=65520", "--disable-host-loopback",
-             str(state["pid"]), "tap0"],
+             f"--ready-fd={ready_w}", str(state["pid"]), "tap0"],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+            pass_fds=(ready_w,),
         )
         log.close()
+        os.close(ready_w)
         self.store.update_sandbox(row.id, helper_pid=proc.pid)
+        # Return only once tap0 is configured: a command right after create must see it.
+        try:
+            ready, _, _ = select.select([ready_r], [], [], 10)
+            if not ready or not os.read(ready_r, 1):
+                raise RuntimeUnavailableError("slirp4netns did not configure the network; "
+                                              f"see {self._dir(row.id) / 'slirp.log'}")
+        finally:
+            os.close(ready_r)
 
     def _destroy(self, row: SandboxRow, *, delete_volume: bool) -> None:
         """Tear everything down; each step tolerates what is already gone."""
@@ -454,6 +474,7 @@ class Engine:
         with self._lock(sandbox_id):
             row = self._row(sandbox_id)
             sbdir = self._dir(sandbox_id)
+            self._code.forget(sandbox_id)  # kernels end with the container
             self.runc.delete(sandbox_id)
             rootfs.unmount_rootfs(sbdir / "rootfs")
             disk.attach(self._volume_image(row.volume_id), sbdir / "disk")
@@ -466,6 +487,7 @@ class Engine:
         with self._lock(sandbox_id):
             row = self._row(sandbox_id)
             self.store.update_sandbox(sandbox_id, state="creating")  # hide it from now on
+            self._code.forget(sandbox_id, keep_contexts=False)
             self._destroy(row, delete_volume=delete_volume)
         with self._locks_guard:
             self._locks.pop(sandbox_id, None)
@@ -618,6 +640,32 @@ class Engine:
             raise InvalidArgumentError("custom command args must be strings")
         cmd = commands[name]["cmd"] + "".join(" " + shlex.quote(a) for a in args or [])
         return self.run(sandbox_id, cmd, **kw)
+
+    # code interpreter -------------------------------------------------------------------
+    def run_code(self, sandbox_id: str, code: str, language: str = "python",
+                 timeout: float | None = 60, context: str | CodeContext | None = None,
+                 on_stdout: OutputCallback | None = None,
+                 on_stderr: OutputCallback | None = None,
+                 on_result: Callable[[Result], None] | None = None) -> Execution:
+        """Run a cell in the context's Jupyter kernel (``default`` unless given); the
+        kernel starts on first use and keeps its variables between calls."""
+        ctx = context.id if isinstance(context, CodeContext) else context
+        return self._code.run_code(sandbox_id, code, language=language, timeout=timeout,
+                                   context=ctx, on_stdout=on_stdout, on_stderr=on_stderr,
+                                   on_result=on_result)
+
+    def create_code_context(self, sandbox_id: str, cwd: str | None = None,
+                            language: str = "python") -> CodeContext:
+        """A new, independent interpreter in the sandbox (its own kernel)."""
+        return self._code.create_context(sandbox_id, cwd=cwd, language=language)
+
+    def restart_code_context(self, sandbox_id: str,
+                             context: str | CodeContext | None = None) -> None:
+        ctx = context.id if isinstance(context, CodeContext) else context
+        self._code.restart_context(sandbox_id, ctx)
+
+    def list_code_contexts(self, sandbox_id: str) -> list[CodeContext]:
+        return self._code.list_contexts(sandbox_id)
 
     # files ------------------------------------------------------------------------------
     def read_file(self, sandbox_id: str, path: str, offset: int = 0,

@@ -1,10 +1,14 @@
 """The public Python API: ``Sandbox`` (sync) and ``AsyncSandbox`` (async), shaped like E2B's."""
 
 from agent_sandbox.models import (
+    CodeContext,
     CommandResult,
     EntryInfo,
+    Execution,
+    ExecutionError,
     ProcessInfo,
     ProcessOutput,
+    Result,
     SandboxInfo,
     TemplateInfo,
 )
@@ -14,11 +18,15 @@ from agent_sandbox.sdk.sandbox import Sandbox
 
 __all__ = [
     "AsyncSandbox",
+    "CodeContext",
     "CommandHandle",
     "CommandResult",
     "EntryInfo",
+    "Execution",
+    "ExecutionError",
     "ProcessInfo",
     "ProcessOutput",
+    "Result",
     "Sandbox",
     "SandboxInfo",
     "TemplateInfo",

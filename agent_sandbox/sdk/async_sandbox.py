@@ -13,14 +13,18 @@ from functools import partial
 from typing import IO, Any, TypeVar
 
 from agent_sandbox.models import (
+    CodeContext,
     CommandResult,
     EntryInfo,
+    Execution,
     ProcessInfo,
     ProcessOutput,
+    Result,
     SandboxInfo,
 )
 from agent_sandbox.providers import Provider, default_provider
 from agent_sandbox.sdk.files import Files
+from agent_sandbox.sdk.sandbox import code_provider
 
 T = TypeVar("T")
 AsyncCallback = Callable[[str], Any]
@@ -40,6 +44,19 @@ def _bridge(cb: AsyncCallback | None) -> Callable[[str], None] | None:
         result = cb(text)
         if inspect.isawaitable(result):
             asyncio.run_coroutine_threadsafe(_await(result), loop).result()
+
+    return call
+
+
+def _bridge_result(cb: Callable[[Result], Any] | None) -> Callable[[Result], None] | None:
+    if cb is None:
+        return None
+    loop = asyncio.get_running_loop()
+
+    def call(result: Result) -> None:
+        out = cb(result)
+        if inspect.isawaitable(out):
+            asyncio.run_coroutine_threadsafe(_await(out), loop).result()
 
     return call
 
@@ -199,6 +216,26 @@ class AsyncSandbox:
 
     async def kill(self, delete_volume: bool = False) -> None:
         await _call(self._provider.kill, self.sandbox_id, delete_volume=delete_volume)
+
+    async def run_code(self, code: str, language: str = "python", timeout: float | None = 60,
+                       context: CodeContext | str | None = None,
+                       on_stdout: AsyncCallback | None = None,
+                       on_stderr: AsyncCallback | None = None,
+                       on_result: Callable[[Result], Any] | None = None) -> Execution:
+        """``Sandbox.run_code`` for asyncio; callbacks may be coroutine functions."""
+        return await _call(code_provider(self._provider).run_code, self.sandbox_id, code,
+                           language=language, timeout=timeout, context=context,
+                           on_stdout=_bridge(on_stdout), on_stderr=_bridge(on_stderr),
+                           on_result=_bridge_result(on_result))
+
+    async def create_code_context(self, cwd: str | None = None,
+                                  language: str = "python") -> CodeContext:
+        return await _call(code_provider(self._provider).create_code_context,
+                           self.sandbox_id, cwd=cwd, language=language)
+
+    async def restart_code_context(self, context: CodeContext | str | None = None) -> None:
+        await _call(code_provider(self._provider).restart_code_context, self.sandbox_id,
+                    context)
 
     async def custom(self, name: str, args: list[str] | None = None) -> CommandResult:
         return await _call(self._provider.custom, self.sandbox_id, name, args)

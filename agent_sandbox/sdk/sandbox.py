@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
-from agent_sandbox.models import CommandResult, SandboxInfo
+from agent_sandbox.errors import RuntimeUnavailableError
+from agent_sandbox.models import CodeContext, CommandResult, Execution, Result, SandboxInfo
 from agent_sandbox.providers import Provider, default_provider
 from agent_sandbox.sdk.commands import Commands
 from agent_sandbox.sdk.files import Files
+
+
+def code_provider(provider: Provider) -> Provider:
+    """The provider, if it has the code interpreter (a gateway may predate it)."""
+    if not hasattr(provider, "run_code"):
+        raise RuntimeUnavailableError(
+            f"{type(provider).__name__} has no code interpreter (run_code); use the "
+            "embedded engine, or run python3 through commands")
+    return provider
 
 
 class Sandbox:
@@ -84,6 +95,33 @@ class Sandbox:
 
     def kill(self, delete_volume: bool = False) -> None:
         self._provider.kill(self.sandbox_id, delete_volume=delete_volume)
+
+    def run_code(self, code: str, language: str = "python", timeout: float | None = 60,
+                 context: CodeContext | str | None = None,
+                 on_stdout: Callable[[str], None] | None = None,
+                 on_stderr: Callable[[str], None] | None = None,
+                 on_result: Callable[[Result], None] | None = None) -> Execution:
+        """Run code in a stateful Jupyter kernel (templates with a kernel, such as
+        ``code-interpreter-v1``): variables persist between calls; ``results`` holds
+        display items with their formats, the last expression's value marked
+        ``is_main_result``; ``error`` holds an exception raised by the code. A cell
+        running past ``timeout`` seconds is interrupted (the variables are kept).
+        The callbacks receive output and results while the cell runs."""
+        provider = code_provider(self._provider)
+        return provider.run_code(self.sandbox_id, code, language=language, timeout=timeout,
+                                 context=context, on_stdout=on_stdout, on_stderr=on_stderr,
+                                 on_result=on_result)
+
+    def create_code_context(self, cwd: str | None = None,
+                            language: str = "python") -> CodeContext:
+        """A new interpreter with its own variables; pass it as ``run_code(context=)``."""
+        return code_provider(self._provider).create_code_context(self.sandbox_id, cwd=cwd,
+                                                                 language=language)
+
+    def restart_code_context(self, context: CodeContext | str | None = None) -> None:
+        """Restart a context's kernel (the default one if none is given): variables
+        are lost."""
+        code_provider(self._provider).restart_code_context(self.sandbox_id, context)
 
     def custom(self, name: str, args: list[str] | None = None) -> CommandResult:
         """Run a named command the template defines."""

@@ -152,7 +152,7 @@ def test_auto_mode_client(srv: Uvicorn) -> None:
             r = await c.call_tool("run_command", {"command": "echo auto"})
             assert not r.is_error and r.structured_content["stdout"] == "auto\n"
             r = await c.call_tool("run_code", {"code": "1+1"})
-            assert r.is_error and "not available yet" in r.content[0].text  # type: ignore
+            assert not r.is_error and r.structured_content["results"][0]["text"] == "2"
 
     anyio.run(main)
 

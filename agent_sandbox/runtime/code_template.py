@@ -1,0 +1,239 @@
+"""The ``code-interpreter-v1`` template: ``base`` plus a Python environment with a kernel.
+
+The environment is a venv made from the host's ``/usr/bin/python3`` (the interpreter every
+``base`` sandbox sees at the same path), with ``ipykernel`` and a data stack installed from
+the package registry. It lives in the template's directory as ``rootfs-*/opt/abx-python``,
+an extra lower directory under the skeleton of ``/``: inside a sandbox it is
+``/opt/abx-python``, and ``pip install x`` there writes into the sandbox's system layer
+(gone after ``reset_rootfs``).
+
+A venv holds absolute paths only in script shebangs and activation scripts; after the
+build they are rewritten from the build path to ``/opt/abx-python`` (the interpreter
+itself finds its prefix from ``pyvenv.cfg`` next to ``bin/python``, wherever mounted).
+
+Built by ``python -m agent_sandbox.runtime.code_template`` (the setup script runs it) or on
+the first ``create(template="code-interpreter-v1")``. The build inputs (package list,
+Python version, recipe version) are recorded; the same inputs reuse the built template.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from agent_sandbox.errors import RuntimeUnavailableError
+from agent_sandbox.runtime.oci import DEFAULT_PATH
+from agent_sandbox.runtime.templates import BASE, Layer, Template, TemplateStore
+
+NAME = "code-interpreter-v1"
+ENV_TARGET = "/opt/abx-python"
+PACKAGES = ("ipykernel", "numpy", "pandas", "matplotlib")
+HOST_PYTHON = "/usr/bin/python3"
+_RECIPE = 1  # bump when the build steps change: a different recipe is a different template
+_CHECK = "import ipykernel, matplotlib_inline, numpy, pandas, matplotlib; print('ok')"
+_PIP_TIMEOUT = 1800
+LineFn = Callable[[str], None]
+
+KERNEL = {
+    "language": "python",
+    "argv": [f"{ENV_TARGET}/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+    # The inline backend turns every figure left open at the end of a cell into image/png.
+    "env": {"MPLBACKEND": "module://matplotlib_inline.backend_inline",
+            "PYTHONUNBUFFERED": "1"},
+}
+
+
+@functools.cache
+def host_python_version() -> str:
+    try:
+        out = subprocess.run([HOST_PYTHON, "-c", "import platform; "
+                              "print(platform.python_version())"],
+                             capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise RuntimeUnavailableError(
+            f"{NAME} needs the host's {HOST_PYTHON} (apt-get install python3 python3-venv): "
+            f"{exc}") from None
+    return out.stdout.strip()
+
+
+def build_inputs(packages: tuple[str, ...] = PACKAGES) -> dict[str, object]:
+    return {"packages": list(packages), "python": host_python_version(),
+            "python_path": HOST_PYTHON, "recipe": _RECIPE}
+
+
+def _stderr_line(line: str) -> None:
+    print(f"[{NAME}] {line}", file=sys.stderr, flush=True)
+
+
+def _layers(store: TemplateStore, env_root: str) -> list[Layer]:
+    """base's layers, with the environment's root as the top lower of ``/``."""
+    layers = []
+    for layer in store.ensure_base().layers:
+        lowers = [env_root, *layer.lowers] if layer.target == "/" else list(layer.lowers)
+        layers.append(Layer(layer.target, lowers))
+    return layers
+
+
+def _env_root(tmpl: Template) -> str:
+    return tmpl.layers[0].lowers[0]
+
+
+def ensure(store: TemplateStore, *, progress: LineFn | None = _stderr_line,
+           force: bool = False) -> Template:
+    """The template, built if missing or built from other inputs; cheap when up to date.
+
+    Also follows base: a changed host /etc gives base a new snapshot, and the template's
+    layers are refreshed to it (the environment is not rebuilt)."""
+    inputs = build_inputs()
+    tmpl = _current(store, inputs)
+    if tmpl is not None and not force:
+        return tmpl
+    with open(store.root / f".{NAME}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per host; the others wait and reuse
+        tmpl = _current(store, inputs)
+        if tmpl is not None and not force:
+            return tmpl
+        return _build(store, inputs, progress or (lambda _line: None))
+
+
+def _current(store: TemplateStore, inputs: dict[str, object]) -> Template | None:
+    if not store.exists(NAME):
+        return None
+    tmpl = store.get(NAME)
+    if tmpl.build_inputs != inputs or not tmpl.layers or not tmpl.layers[0].lowers:
+        return None
+    root = _env_root(tmpl)
+    if not Path(root, ENV_TARGET.lstrip("/"), "pyvenv.cfg").exists():
+        return None
+    layers = _layers(store, root)
+    if layers != tmpl.layers:
+        tmpl.layers = layers
+        store.save(tmpl)
+    return tmpl
+
+
+def _run(argv: list[str], progress: LineFn, what: str, env: dict[str, str] | None = None
+         ) -> list[str]:
+    """Run a build step, streaming its output lines to ``progress``; returns the lines."""
+    lines: list[str] = []
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, stdin=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + _PIP_TIMEOUT
+    for raw in proc.stdout:
+        line = raw.rstrip()
+        if line:
+            lines.append(line)
+            progress(line)
+        if time.monotonic() > deadline:
+            proc.kill()
+    if proc.wait() != 0:
+        tail = "\n".join(lines[-15:])
+        hint = ""
+        if any(s in tail for s in ("No matching distribution", "Could not find a version",
+                                   "NewConnectionError", "Network is unreachable",
+                                   "Temporary failure in name resolution", "ConnectTimeout",
+                                   "Max retries exceeded")):
+            hint = ("\nThe package registry could not be reached. Give this host access to "
+                    "PyPI (or a mirror: PIP_INDEX_URL / pip.conf), then run "
+                    "`.venv/bin/python -m agent_sandbox.runtime.code_template` (or "
+                    "`bash scripts/setup.sh`) again.")
+        raise RuntimeUnavailableError(f"building template {NAME} failed at {what} "
+                                      f"(exit {proc.returncode}):\n{tail}{hint}")
+    return lines
+
+
+def _build(store: TemplateStore, inputs: dict[str, object], progress: LineFn) -> Template:
+    started = time.monotonic()
+    staging = store.root / f".tmp-{NAME}-{os.getpid()}-{time.time_ns()}"
+    staging.mkdir(mode=0o755)
+    try:
+        rootfs = staging / f"rootfs-{time.time_ns():x}"
+        env_dir = rootfs / ENV_TARGET.lstrip("/")
+        env_dir.parent.mkdir(parents=True)
+        for path in (rootfs, env_dir.parent):
+            os.chmod(path, 0o755)
+        packages = [str(p) for p in inputs["packages"]]  # type: ignore[attr-defined]
+        progress(f"creating a Python {inputs['python']} environment for {ENV_TARGET}")
+        _run([HOST_PYTHON, "-m", "venv", str(env_dir)], progress, "python3 -m venv")
+        progress(f"installing {' '.join(packages)} from the package registry")
+        pip_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        pip_env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
+        _run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "--progress-bar", "off",
+              *packages], progress, "pip install", env=pip_env)
+        _relocate(env_dir, ENV_TARGET)
+        check = subprocess.run([str(env_dir / "bin" / "python"), "-c", _CHECK],
+                               capture_output=True, text=True, timeout=300)
+        if check.returncode != 0:
+            raise RuntimeUnavailableError(f"building template {NAME}: the environment does "
+                                          f"not import its packages:\n{check.stderr[-2000:]}")
+        final_root = store.path(NAME) / rootfs.name
+        tmpl = Template(
+            name=NAME, kind="built", layers=_layers(store, str(final_root)),
+            env={"PATH": f"{ENV_TARGET}/bin:{DEFAULT_PATH}", "VIRTUAL_ENV": ENV_TARGET},
+            kernel=dict(KERNEL), build_inputs=inputs,
+            description=f"{BASE} plus Python {inputs['python']} in {ENV_TARGET} with "
+                        f"{', '.join(packages)}; a Jupyter kernel for run_code",
+        )
+        (staging / "template.json").write_text(json.dumps(tmpl.to_json(), indent=2))
+        folder = store.path(NAME)
+        trash = store.root / f".trash-{NAME}-{os.getpid()}-{time.time_ns()}"
+        if folder.exists():
+            os.replace(folder, trash)
+        os.replace(staging, folder)
+        shutil.rmtree(trash, ignore_errors=True)
+        progress(f"template {NAME} ready ({time.monotonic() - started:.0f} s)")
+        return tmpl
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _relocate(env_dir: Path, target: str) -> None:
+    """Point the venv's absolute paths (shebangs, activate scripts) at ``target``."""
+    old = str(env_dir)
+    for path in (env_dir / "bin").iterdir():
+        if path.is_symlink() or not path.is_file():
+            continue
+        data = path.read_bytes()
+        if old.encode() not in data[:4096] and not path.name.startswith("activate"):
+            continue
+        mode = path.stat().st_mode
+        path.write_bytes(data.replace(old.encode(), target.encode()))
+        os.chmod(path, mode)
+    cfg = env_dir / "pyvenv.cfg"
+    cfg.write_text(cfg.read_text().replace(old, target))
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=f"Build the {NAME} template (once; "
+                                     "quick when it is already built).")
+    parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    args = parser.parse_args(argv)
+    from agent_sandbox.runtime.config import EngineConfig
+
+    config = EngineConfig()
+    store = TemplateStore(config.templates_dir)
+    try:
+        existed = _current(store, build_inputs()) is not None
+        tmpl = ensure(store, force=args.force)
+    except RuntimeUnavailableError as exc:
+        print(f"{NAME}: {exc}", file=sys.stderr)
+        return 1
+    if existed and not args.force:
+        print(f"{NAME}: up to date ({_env_root(tmpl)})", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
