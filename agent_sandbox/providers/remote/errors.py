@@ -1,0 +1,35 @@
+"""Wire errors: the one JSON shape ``{code, message, details}`` both ways."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agent_sandbox.errors import SandboxError, error_from_code
+
+
+class UnauthenticatedError(SandboxError):
+    """No API key, or an unknown or revoked one (the gateway answers 401)."""
+
+    code = "unauthenticated"
+    http_status = 401
+
+
+def decode_error(status: int, body: bytes, retry_after: str | None = None) -> SandboxError:
+    """The exception a gateway error response stands for."""
+    try:
+        payload: Any = json.loads(body or b"{}")
+    except ValueError:
+        payload = None
+    if not isinstance(payload, dict) or "code" not in payload:
+        text = body[:500].decode("utf-8", "replace").strip()
+        return SandboxError(f"gateway answered HTTP {status}: {text or '(empty)'}",
+                            details={"http_status": status})
+    code = str(payload["code"])
+    message = str(payload.get("message", ""))
+    details = payload.get("details") if isinstance(payload.get("details"), dict) else {}
+    if retry_after is not None:
+        details = {**details, "retry_after": retry_after}
+    if code == UnauthenticatedError.code:
+        return UnauthenticatedError(message, details=details)
+    return error_from_code(code, message, details)

@@ -1,0 +1,251 @@
+"""``RemoteProvider``: every Provider method as a call to a sandbox gateway (``abx serve``).
+
+Errors come back as the same exception classes the embedded engine raises, so SDK code
+behaves the same against either.
+"""
+
+from __future__ import annotations
+
+import base64
+import signal
+from collections.abc import Iterable, Iterator
+from typing import IO, Any
+from urllib.parse import quote
+
+import httpx2 as httpx
+
+from agent_sandbox.errors import SandboxError, error_from_code
+from agent_sandbox.models import (
+    CommandResult,
+    EntryInfo,
+    ProcessInfo,
+    ProcessOutput,
+    SandboxInfo,
+    TemplateInfo,
+    VolumeInfo,
+)
+from agent_sandbox.providers.base import OutputCallback
+from agent_sandbox.providers.remote.transport import Transport, iter_bytes
+from agent_sandbox.runtime import validate
+
+_CHUNK = 1 << 20
+
+
+def _stdin_fields(data: str | bytes | None, key: str = "stdin") -> dict[str, Any]:
+    if data is None:
+        return {}
+    if isinstance(data, str):
+        return {key: data}
+    if isinstance(data, bytes | bytearray | memoryview):
+        return {f"{key}_base64": base64.b64encode(bytes(data)).decode()}
+    return {key: data}  # let the gateway reject it with the engine's message
+
+
+def _body_chunks(data: bytes | str | Iterable[bytes] | IO[bytes]) -> bytes | Iterator[bytes]:
+    if isinstance(data, str):
+        return data.encode()
+    if isinstance(data, bytes | bytearray | memoryview):
+        return bytes(data)
+    if hasattr(data, "read"):
+        reader = data
+
+        def from_file() -> Iterator[bytes]:
+            while chunk := reader.read(_CHUNK):  # type: ignore[union-attr]
+                yield chunk.encode() if isinstance(chunk, str) else chunk
+
+        return from_file()
+    return (bytes(c) for c in data)  # type: ignore[union-attr]
+
+
+class RemoteProvider:
+    def __init__(self, base_url: str, api_key: str | None = None, *,
+                 retry_seconds: float | None = None,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        kw: dict[str, Any] = {"transport": transport}
+        if retry_seconds is not None:
+            kw["retry_seconds"] = retry_seconds
+        self.base_url = base_url
+        self._http = Transport(base_url, api_key, **kw)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __repr__(self) -> str:
+        return f"RemoteProvider({self.base_url!r})"
+
+    # urls -------------------------------------------------------------------------------
+    @staticmethod
+    def _sb(sandbox_id: str, tail: str = "") -> str:
+        # Checked here too: an id like "sbx-../x" must never become a different URL.
+        return f"/v1/sandboxes/{validate.sandbox_id(sandbox_id)}{tail}"
+
+    def _call(self, method: str, url: str, **kw: Any) -> Any:
+        return self._http.request(method, url, **kw)
+
+    # lifecycle --------------------------------------------------------------------------
+    def create(self, template: str = "base", timeout: float = 300,
+               envs: dict[str, str] | None = None, cpu: float | None = None,
+               memory_mb: int | None = None, disk_mb: int | None = None,
+               network: bool = False, persistent: bool = False,
+               metadata: dict[str, str] | None = None,
+               volume: str | None = None) -> SandboxInfo:
+        body = {"template": template, "timeout": timeout, "envs": envs, "cpu": cpu,
+                "memory_mb": memory_mb, "disk_mb": disk_mb, "network": network,
+                "persistent": persistent, "metadata": metadata, "volume": volume}
+        return SandboxInfo(**self._call("POST", "/v1/sandboxes", json=body))
+
+    def info(self, sandbox_id: str) -> SandboxInfo:
+        return SandboxInfo(**self._call("GET", self._sb(sandbox_id)))
+
+    def list(self, template: str | None = None, state: str | None = None) -> list[SandboxInfo]:
+        params = {k: v for k, v in (("template", template), ("state", state)) if v is not None}
+        return [SandboxInfo(**s) for s in self._call("GET", "/v1/sandboxes", params=params)]
+
+    def pause(self, sandbox_id: str) -> SandboxInfo:
+        return SandboxInfo(**self._call("POST", self._sb(sandbox_id, "/pause")))
+
+    def resume(self, sandbox_id: str) -> SandboxInfo:
+        return SandboxInfo(**self._call("POST", self._sb(sandbox_id, "/resume")))
+
+    def reset_rootfs(self, sandbox_id: str) -> SandboxInfo:
+        return SandboxInfo(**self._call("POST", self._sb(sandbox_id, "/reset-rootfs"),
+                                        replayable=False))
+
+    def set_timeout(self, sandbox_id: str, timeout: float) -> None:
+        self._call("PUT", self._sb(sandbox_id, "/timeout"), json={"timeout": timeout})
+
+    def kill(self, sandbox_id: str, delete_volume: bool = False) -> None:
+        self._call("DELETE", self._sb(sandbox_id),
+                   params={"delete_volumes": "true" if delete_volume else "false"})
+
+    # commands ---------------------------------------------------------------------------
+    def _streamed(self, url: str, body: dict[str, Any], on_stdout: OutputCallback | None,
+                  on_stderr: OutputCallback | None) -> CommandResult:
+        """NDJSON: output events as they happen, then one result (or error) event."""
+        outcome: dict[str, Any] = {}
+
+        def on_event(event: dict[str, Any]) -> None:
+            if "stdout" in event and on_stdout:
+                on_stdout(event["stdout"])
+            elif "stderr" in event and on_stderr:
+                on_stderr(event["stderr"])
+            elif "result" in event or "error" in event:
+                outcome.update(event)
+
+        self._http.ndjson("POST", url, on_event, json={**body, "stream": True})
+        if "error" in outcome:
+            err = outcome["error"]
+            raise error_from_code(err.get("code", "internal"), err.get("message", ""),
+                                  err.get("details"))
+        if "result" not in outcome:
+            raise SandboxError("the gateway ended the output stream without a result")
+        return CommandResult(**outcome["result"])
+
+    def run(self, sandbox_id: str, cmd: str, cwd: str | None = None,
+            envs: dict[str, str] | None = None, timeout: float | None = None,
+            stdin: str | bytes | None = None, on_stdout: OutputCallback | None = None,
+            on_stderr: OutputCallback | None = None) -> CommandResult:
+        url = self._sb(sandbox_id, "/commands")
+        body = {"cmd": cmd, "cwd": cwd, "envs": envs, "timeout": timeout,
+                **_stdin_fields(stdin)}
+        if on_stdout or on_stderr:
+            return self._streamed(url, body, on_stdout, on_stderr)
+        return CommandResult(**self._call("POST", url, json=body, replayable=False))
+
+    def start(self, sandbox_id: str, cmd: str, cwd: str | None = None,
+              envs: dict[str, str] | None = None) -> int:
+        body = {"cmd": cmd, "cwd": cwd, "envs": envs}
+        return int(self._call("POST", self._sb(sandbox_id, "/processes"), json=body,
+                              replayable=False)["pid"])
+
+    def _proc(self, sandbox_id: str, pid: int, tail: str) -> str:
+        if isinstance(pid, bool) or not isinstance(pid, int):
+            validate.positive(pid, "pid", allow_none=False, integer=True)
+        return self._sb(sandbox_id, f"/processes/{int(pid)}{tail}")
+
+    def process_output(self, sandbox_id: str, pid: int) -> ProcessOutput:
+        return ProcessOutput(**self._call("GET", self._proc(sandbox_id, pid, "/output")))
+
+    def wait(self, sandbox_id: str, pid: int, timeout: float | None = None,
+             on_stdout: OutputCallback | None = None,
+             on_stderr: OutputCallback | None = None) -> CommandResult:
+        url = self._proc(sandbox_id, pid, "/wait")
+        body = {"timeout": timeout}
+        if on_stdout or on_stderr:
+            return self._streamed(url, body, on_stdout, on_stderr)
+        return CommandResult(**self._call("POST", url, json=body))
+
+    def kill_process(self, sandbox_id: str, pid: int, sig: int = signal.SIGKILL) -> bool:
+        return bool(self._call("POST", self._proc(sandbox_id, pid, "/kill"),
+                               json={"signal": int(sig)})["killed"])
+
+    def send_stdin(self, sandbox_id: str, pid: int, data: str | bytes,
+                   close: bool = False) -> None:
+        self._call("POST", self._proc(sandbox_id, pid, "/stdin"),
+                   json={**_stdin_fields(data, "data"), "close": close}, replayable=False)
+
+    def processes(self, sandbox_id: str) -> list[ProcessInfo]:
+        return [ProcessInfo(**p) for p in self._call("GET", self._sb(sandbox_id, "/processes"))]
+
+    def custom(self, sandbox_id: str, name: str,
+               args: list[str] | None = None) -> CommandResult:
+        if not isinstance(name, str) or not name or "/" in name:
+            raise error_from_code("not_found", f"no custom command {name!r}")
+        url = self._sb(sandbox_id, f"/custom/{quote(name, safe='')}")
+        return CommandResult(**self._call("POST", url, json={"args": args}, replayable=False))
+
+    # files ------------------------------------------------------------------------------
+    def read_file(self, sandbox_id: str, path: str, offset: int = 0,
+                  limit: int | None = None) -> Iterator[bytes]:
+        params: dict[str, Any] = {"path": path, "offset": offset}
+        if limit is not None:
+            params["limit"] = limit
+        # Opened now, so a missing file raises here, as it does locally.
+        response = self._http.open_stream("GET", self._sb(sandbox_id, "/files/content"),
+                                          params=params)
+        return iter_bytes(response)
+
+    def write_file(self, sandbox_id: str, path: str,
+                   data: bytes | str | Iterable[bytes] | IO[bytes],
+                   mode: int = 0o644) -> int:
+        content = _body_chunks(data)
+        params = {"path": path, "mode": mode}
+        # A stream cannot be sent twice: only a bytes body is retried.
+        return int(self._call("PUT", self._sb(sandbox_id, "/files/content"), params=params,
+                              content=content, replayable=isinstance(content, bytes),
+                              headers={"Content-Type": "application/octet-stream"})["size"])
+
+    def list_files(self, sandbox_id: str, path: str, depth: int = 1) -> list[EntryInfo]:
+        entries = self._call("GET", self._sb(sandbox_id, "/files"),
+                             params={"path": path, "depth": depth})
+        return [EntryInfo(**e) for e in entries]
+
+    def stat(self, sandbox_id: str, path: str) -> EntryInfo:
+        return EntryInfo(**self._call("GET", self._sb(sandbox_id, "/files/stat"),
+                                      params={"path": path}))
+
+    def exists(self, sandbox_id: str, path: str) -> bool:
+        return bool(self._call("GET", self._sb(sandbox_id, "/files/exists"),
+                               params={"path": path})["exists"])
+
+    def make_dir(self, sandbox_id: str, path: str) -> None:
+        self._call("POST", self._sb(sandbox_id, "/files/mkdir"), json={"path": path})
+
+    def remove(self, sandbox_id: str, path: str) -> None:
+        self._call("DELETE", self._sb(sandbox_id, "/files"), params={"path": path})
+
+    def rename(self, sandbox_id: str, src: str, dst: str) -> None:
+        self._call("POST", self._sb(sandbox_id, "/files/rename"),
+                   json={"src": src, "dst": dst}, replayable=False)
+
+    # templates and volumes --------------------------------------------------------------
+    def list_templates(self) -> list[TemplateInfo]:
+        return [TemplateInfo(**t) for t in self._call("GET", "/v1/templates")]
+
+    def list_volumes(self) -> list[VolumeInfo]:
+        return [VolumeInfo(**v) for v in self._call("GET", "/v1/volumes")]
+
+    def delete_volume(self, volume_id: str) -> None:
+        if not isinstance(volume_id, str) or not volume_id or "/" in volume_id:
+            raise error_from_code("not_found", f"volume {volume_id!r} not found")
+        self._call("DELETE", f"/v1/volumes/{quote(volume_id, safe='')}")

@@ -1,0 +1,102 @@
+"""HTTP plumbing for the remote provider: auth header, error decoding, retries.
+
+Connection errors are retried for a while (the gateway may be restarting); a request is
+re-sent only when that is safe: it is idempotent, or the connection failed before any of
+it was sent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx2 as httpx
+
+from agent_sandbox.errors import SandboxError
+from agent_sandbox.providers.remote.errors import decode_error
+
+_IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
+# Before a byte is sent: safe to retry whatever the method.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+_RETRY_SECONDS = float(os.environ.get("ABX_SANDBOX_RETRY_SECONDS", "30"))
+
+
+class Transport:
+    def __init__(self, base_url: str, api_key: str | None, *,
+                 retry_seconds: float = _RETRY_SECONDS,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        headers = {"User-Agent": "agent-sandbox-remote/0.1"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self.retry_seconds = retry_seconds
+        # No read timeout: a command may legitimately run for its whole timeout; a dead
+        # gateway shows up as a connection error, not silence.
+        self.client = httpx.Client(
+            base_url=base_url.rstrip("/"), headers=headers, transport=transport,
+            timeout=httpx.Timeout(connect=10.0, read=None, write=60.0, pool=60.0),
+            limits=httpx.Limits(max_connections=200, max_keepalive_connections=50))
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _send(self, method: str, url: str, *, stream: bool, replayable: bool,
+              **kw: Any) -> httpx.Response:
+        deadline = time.monotonic() + self.retry_seconds
+        delay = 0.05
+        while True:
+            try:
+                request = self.client.build_request(method, url, **kw)
+                return self.client.send(request, stream=stream)
+            except httpx.TransportError as exc:
+                safe = isinstance(exc, _NOT_SENT) or method in _IDEMPOTENT
+                if not (safe and replayable) or time.monotonic() + delay > deadline:
+                    raise SandboxError(f"cannot reach the sandbox gateway at "
+                                       f"{self.client.base_url}: {exc!r}",
+                                       details={"retryable": safe}) from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    def request(self, method: str, url: str, *, replayable: bool = True,
+                **kw: Any) -> Any:
+        """A JSON call: the decoded body (None for 204), or the error it stands for."""
+        response = self._send(method, url, stream=False, replayable=replayable, **kw)
+        if response.status_code >= 400:
+            raise decode_error(response.status_code, response.content,
+                               response.headers.get("retry-after"))
+        if response.status_code == 204 or not response.content:
+            return None
+        return response.json()
+
+    def open_stream(self, method: str, url: str, *, replayable: bool = True,
+                    **kw: Any) -> httpx.Response:
+        """A streamed response, already checked for an error status."""
+        response = self._send(method, url, stream=True, replayable=replayable, **kw)
+        if response.status_code >= 400:
+            try:
+                body = response.read()
+            finally:
+                response.close()
+            raise decode_error(response.status_code, body, response.headers.get("retry-after"))
+        return response
+
+    def ndjson(self, method: str, url: str, on_event: Callable[[dict[str, Any]], None],
+               **kw: Any) -> None:
+        """Stream NDJSON events to ``on_event`` until the response ends."""
+        response = self.open_stream(method, url, replayable=False, **kw)
+        try:
+            for line in response.iter_lines():
+                if line.strip():
+                    on_event(json.loads(line))
+        finally:
+            response.close()
+
+
+def iter_bytes(response: httpx.Response, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+    """A response body as chunks; the connection goes back to the pool at the end."""
+    try:
+        yield from response.iter_bytes(chunk_size)
+    finally:
+        response.close()

@@ -1,0 +1,47 @@
+"""The gateway's ASGI application: the engine's Provider methods as a REST API."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio.to_thread
+from fastapi import FastAPI
+
+from agent_sandbox.runtime.engine import Engine
+from agent_sandbox.server import errors
+from agent_sandbox.server.keys import KeyStore
+from agent_sandbox.server.metrics import MetricsMiddleware
+from agent_sandbox.server.routes import commands, files, misc, sandboxes
+from agent_sandbox.server.schemas import ErrorBody
+from agent_sandbox.server.state import GatewayState
+
+# Blocking engine calls run in worker threads; anyio's default of 40 would make the 41st
+# concurrent command wait for a thread, not for the sandbox.
+WORKER_THREADS = 256
+_ERROR_DOCS = {status: {"model": ErrorBody, "description": what} for status, what in (
+    (400, "invalid argument"), (401, "no or bad API key"), (404, "not found"),
+    (409, "wrong state"), (429, "quota exceeded (see Retry-After)"),
+    (503, "runtime unavailable"), (504, "timeout"))}
+
+
+def create_app(engine: Engine | None = None, keys: KeyStore | None = None) -> FastAPI:
+    if engine is None:
+        from agent_sandbox.providers.local import local_provider
+
+        engine = local_provider()
+    state = GatewayState(engine=engine, keys=keys or KeyStore())
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        anyio.to_thread.current_default_thread_limiter().total_tokens = WORKER_THREADS
+        yield
+
+    app = FastAPI(title="agent-sandbox gateway", version="1", lifespan=lifespan,
+                  responses=_ERROR_DOCS)  # type: ignore[arg-type]
+    app.state.gateway = state
+    errors.install(app)
+    for module in (sandboxes, commands, files, misc):
+        app.include_router(module.router)
+    app.add_middleware(MetricsMiddleware, metrics=state.metrics)
+    return app

@@ -1,0 +1,80 @@
+"""Who is calling: the API key behind a request, and which sandboxes it may touch.
+
+Keys are looked up on every request (one indexed SQLite read), so a key revoked with
+``keys revoke`` in another process fails on its very next request. While no key was ever
+created, a loopback-only gateway runs open: every caller is an anonymous admin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from agent_sandbox.errors import NotFoundError
+from agent_sandbox.providers.remote.errors import UnauthenticatedError
+from agent_sandbox.runtime import validate
+from agent_sandbox.server.keys import ApiKey, KeyStore
+from agent_sandbox.server.state import GatewayState
+
+
+@dataclass(frozen=True)
+class Principal:
+    key: ApiKey | None  # None: an open (keyless, loopback) gateway
+
+    @property
+    def owner(self) -> str:
+        return self.key.id if self.key else ""
+
+    @property
+    def admin(self) -> bool:
+        return self.key is None or self.key.admin
+
+
+def _token(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return request.headers.get("x-api-key") or None
+
+
+def authenticate(keys: KeyStore, token: str | None) -> Principal:
+    if not keys.any_keys():
+        return Principal(None)
+    if not token:
+        raise UnauthenticatedError("an API key is required: send 'Authorization: Bearer <key>'")
+    key = keys.authenticate(token)
+    if key is None:
+        raise UnauthenticatedError("unknown or revoked API key")
+    return Principal(key)
+
+
+def principal(request: Request) -> Principal:
+    """FastAPI dependency (sync: the key lookup is a blocking SQLite read)."""
+    state: GatewayState = request.app.state.gateway
+    return authenticate(state.keys, _token(request))
+
+
+def require_admin(who: Principal) -> None:
+    if not who.admin:
+        # Not 403: an ordinary key learns nothing about what admins can see.
+        raise NotFoundError("not found")
+
+
+def check_sandbox(state: GatewayState, who: Principal, sandbox_id: str) -> str:
+    """The id, if this caller may use that sandbox; otherwise the engine's own 404."""
+    validate.sandbox_id(sandbox_id)
+    if who.admin:
+        return sandbox_id
+    row = state.engine.store.get_sandbox(sandbox_id)
+    if row is None or row.owner != who.owner:
+        raise NotFoundError(f"sandbox {sandbox_id} not found (it may have been killed)")
+    return sandbox_id
+
+
+def check_volume(state: GatewayState, who: Principal, volume_id: str) -> None:
+    if who.admin:
+        return
+    if not isinstance(volume_id, str) or state.keys.volume_owner(volume_id) != who.owner:
+        raise NotFoundError(f"volume {volume_id!r} not found")

@@ -1,0 +1,172 @@
+"""API keys for the gateway: created with a name, listed, revoked; hashed at rest.
+
+A key is a random token shown once at creation; only its sha256 is stored (SQLite, mode
+0600), so a leaked key file reveals no usable secret. Each key has an id (``key-...``) that
+is the owner of the sandboxes it creates, an admin flag, and its own quotas.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent_sandbox.errors import InvalidArgumentError, NotFoundError
+
+TOKEN_PREFIX = "abx_"
+DEFAULT_MAX_SANDBOXES = int(os.environ.get("ABX_GATEWAY_MAX_SANDBOXES", "50"))
+DEFAULT_MAX_COMMANDS = int(os.environ.get("ABX_GATEWAY_MAX_COMMANDS", "32"))
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS keys (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    hash TEXT NOT NULL UNIQUE,
+    admin INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    revoked_at REAL,
+    max_sandboxes INTEGER NOT NULL,
+    max_commands INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS volumes (
+    volume_id TEXT PRIMARY KEY,
+    key_id TEXT NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    id: str
+    name: str
+    admin: bool
+    created_at: float
+    revoked_at: float | None
+    max_sandboxes: int
+    max_commands: int
+
+    @property
+    def revoked(self) -> bool:
+        return self.revoked_at is not None
+
+    def public(self) -> dict[str, object]:
+        """What listing shows: everything but the secret (which is not stored anyway)."""
+        return {"id": self.id, "name": self.name, "admin": self.admin,
+                "created_at": self.created_at, "revoked": self.revoked,
+                "max_sandboxes": self.max_sandboxes, "max_commands": self.max_commands}
+
+
+def default_keys_path() -> Path:
+    explicit = os.environ.get("ABX_GATEWAY_KEYS_FILE")
+    if explicit:
+        return Path(explicit)
+    data = os.environ.get("ABX_DATA_DIR") or "/var/lib/agent-sandbox"
+    return Path(data) / "gateway-keys.db"
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class KeyStore:
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path else default_keys_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Created 0600 before SQLite opens it: hashes are not secrets, but names and
+        # quotas are nobody else's business.
+        fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+        os.close(fd)
+        os.chmod(self.path, 0o600)
+        self._local = threading.local()
+        with self._db() as db:
+            db.executescript(_SCHEMA)
+
+    def _db(self) -> sqlite3.Connection:
+        # One connection per thread: the gateway checks keys from its worker threads.
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            self._local.conn = conn
+        return conn
+
+    def create(self, name: str, *, admin: bool = False,
+               max_sandboxes: int | None = None,
+               max_commands: int | None = None) -> tuple[ApiKey, str]:
+        """A new key and its token (the only time the token is seen)."""
+        if not isinstance(name, str) or not name.strip() or len(name) > 200:
+            raise InvalidArgumentError("a key needs a name of 1-200 characters")
+        limits = (DEFAULT_MAX_SANDBOXES if max_sandboxes is None else max_sandboxes,
+                  DEFAULT_MAX_COMMANDS if max_commands is None else max_commands)
+        if any(not isinstance(v, int) or v < 0 for v in limits):
+            raise InvalidArgumentError("quotas must be whole numbers >= 0")
+        key_id = "key-" + secrets.token_hex(6)
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        now = time.time()
+        self._db().execute(
+            "INSERT INTO keys (id, name, hash, admin, created_at, revoked_at, max_sandboxes,"
+            " max_commands) VALUES (?, ?, ?, ?, ?, NULL, ?, ?)",
+            (key_id, name.strip(), _hash(token), int(admin), now, *limits))
+        return ApiKey(key_id, name.strip(), admin, now, None, *limits), token
+
+    def list(self) -> list[ApiKey]:
+        rows = self._db().execute(
+            "SELECT id, name, admin, created_at, revoked_at, max_sandboxes, max_commands "
+            "FROM keys ORDER BY created_at").fetchall()
+        return [_key(r) for r in rows]
+
+    def get(self, key_id: str) -> ApiKey:
+        row = self._db().execute(
+            "SELECT id, name, admin, created_at, revoked_at, max_sandboxes, max_commands "
+            "FROM keys WHERE id = ? OR name = ?", (key_id, key_id)).fetchone()
+        if row is None:
+            raise NotFoundError(f"API key {key_id!r} not found")
+        return _key(row)
+
+    def revoke(self, key_id: str) -> ApiKey:
+        """Revoke by id (or name); effective on the gateway's next request."""
+        key = self.get(key_id)
+        self._db().execute("UPDATE keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
+                           (time.time(), key.id))
+        return self.get(key.id)
+
+    def authenticate(self, token: str) -> ApiKey | None:
+        """The live key a token stands for, or None (unknown or revoked)."""
+        row = self._db().execute(
+            "SELECT id, name, admin, created_at, revoked_at, max_sandboxes, max_commands "
+            "FROM keys WHERE hash = ?", (_hash(token),)).fetchone()
+        if row is None or row[4] is not None:
+            return None
+        return _key(row)
+
+    def any_keys(self) -> bool:
+        """Whether any key was ever made (revoked ones count: revoking the last key must
+        not reopen the gateway)."""
+        return self._db().execute("SELECT 1 FROM keys LIMIT 1").fetchone() is not None
+
+    def live_keys(self) -> int:
+        return self._db().execute(
+            "SELECT COUNT(*) FROM keys WHERE revoked_at IS NULL").fetchone()[0]
+
+    # volumes outlive their sandboxes, so their owner is remembered here
+    def own_volume(self, volume_id: str, key_id: str) -> None:
+        self._db().execute("INSERT OR IGNORE INTO volumes (volume_id, key_id) VALUES (?, ?)",
+                           (volume_id, key_id))
+
+    def volume_owner(self, volume_id: str) -> str | None:
+        row = self._db().execute("SELECT key_id FROM volumes WHERE volume_id = ?",
+                                 (volume_id,)).fetchone()
+        return None if row is None else row[0]
+
+    def forget_volume(self, volume_id: str) -> None:
+        self._db().execute("DELETE FROM volumes WHERE volume_id = ?", (volume_id,))
+
+
+def _key(row: tuple) -> ApiKey:
+    return ApiKey(id=row[0], name=row[1], admin=bool(row[2]), created_at=row[3],
+                  revoked_at=row[4], max_sandboxes=row[5], max_commands=row[6])

@@ -1,0 +1,88 @@
+"""Prometheus text metrics: requests, latencies, sandboxes by state.
+
+Kept by hand (a few dicts under a lock) rather than with prometheus_client: three metric
+families do not justify a dependency, and the text format is simple.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests: Counter[tuple[str, str, int]] = Counter()
+        self._hist: dict[tuple[str, str], list[int]] = {}
+        self._sum: Counter[tuple[str, str]] = Counter()
+
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        with self._lock:
+            self.requests[(method, route, status)] += 1
+            counts = self._hist.setdefault((method, route), [0] * (len(BUCKETS) + 1))
+            counts[bisect.bisect_left(BUCKETS, seconds)] += 1
+            self._sum[(method, route)] += seconds
+
+    def render(self, sandbox_states: Iterable[str]) -> str:
+        lines = ["# HELP abx_sandboxes Live sandboxes by state.", "# TYPE abx_sandboxes gauge"]
+        states = Counter(sandbox_states)
+        for state in sorted({"running", "paused", *states}):
+            lines.append(f'abx_sandboxes{{state="{state}"}} {states[state]}')
+        lines += ["# HELP abx_http_requests_total HTTP requests by route and status.",
+                  "# TYPE abx_http_requests_total counter"]
+        with self._lock:
+            for (method, route, status), n in sorted(self.requests.items()):
+                lines.append(f'abx_http_requests_total{{method="{method}",route="{route}",'
+                             f'status="{status}"}} {n}')
+            lines += ["# HELP abx_http_request_duration_seconds Request latency.",
+                      "# TYPE abx_http_request_duration_seconds histogram"]
+            for (method, route), counts in sorted(self._hist.items()):
+                labels = f'method="{method}",route="{route}"'
+                total = 0
+                for bound, n in zip((*BUCKETS, float("inf")), counts, strict=True):
+                    total += n
+                    le = "+Inf" if bound == float("inf") else repr(bound)
+                    lines.append(f'abx_http_request_duration_seconds_bucket{{{labels},'
+                                 f'le="{le}"}} {total}')
+                lines.append(f"abx_http_request_duration_seconds_sum{{{labels}}} "
+                             f"{self._sum[(method, route)]:.6f}")
+                lines.append(f"abx_http_request_duration_seconds_count{{{labels}}} {total}")
+        return "\n".join(lines) + "\n"
+
+
+class MetricsMiddleware:
+    """Times each request to its last body byte (streams included), by route template,
+    so /v1/sandboxes/{sandbox_id} is one series, not one per sandbox."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            route = scope.get("route")
+            name = getattr(route, "path", None) or "unmatched"
+            self.metrics.observe(scope["method"], name, status,
+                                 time.perf_counter() - started)

@@ -1,0 +1,1 @@
+"""The gateway's resources, one router each."""

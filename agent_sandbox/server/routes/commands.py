@@ -1,0 +1,107 @@
+"""/v1/sandboxes/{id}/commands and /processes: foreground runs (one JSON result, or NDJSON
+output events when ``stream`` is set), background processes, stdin, signals."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Response
+from fastapi.responses import StreamingResponse
+
+from agent_sandbox.errors import InvalidArgumentError
+from agent_sandbox.models import CommandResult, ProcessInfo, ProcessOutput
+from agent_sandbox.server.routes._deps import Caller, SandboxId, State
+from agent_sandbox.server.schemas import (
+    CustomCommand,
+    Killed,
+    KillProcess,
+    RunCommand,
+    SendStdin,
+    Started,
+    StartProcess,
+    WaitProcess,
+)
+from agent_sandbox.server.streaming import RunFn, ndjson_events
+
+router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["commands"])
+Pid = Annotated[int, Path(description="process id inside the sandbox")]
+_NDJSON = "application/x-ndjson"
+_STREAM_DOC: dict[int | str, dict[str, Any]] = {200: {"content": {_NDJSON: {}}}}
+
+
+def _bytes(text: str | None, b64: str | None, what: str) -> str | bytes | None:
+    if text is not None and b64 is not None:
+        raise InvalidArgumentError(f"give {what} or {what}_base64, not both")
+    if b64 is None:
+        return text
+    try:
+        return base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidArgumentError(f"{what}_base64 is not valid base64") from None
+
+
+def _streamed(run: RunFn, slot: Any = None) -> StreamingResponse:
+    return StreamingResponse(ndjson_events(run, slot), media_type=_NDJSON,
+                             headers={"X-Accel-Buffering": "no"})
+
+
+@router.post("/commands", responses=_STREAM_DOC)
+def run_command(sandbox_id: SandboxId, body: RunCommand, state: State,
+                who: Caller) -> CommandResult:
+    stdin = _bytes(body.stdin, body.stdin_base64, "stdin")
+    kw = {"cwd": body.cwd, "envs": body.envs, "timeout": body.timeout, "stdin": stdin}
+    slot = state.quotas.command_slot(who.key)
+    if body.stream:
+        slot.__enter__()  # 429 now, as a status; released when the command ends
+        return _streamed(lambda out, err: state.engine.run(  # type: ignore[return-value]
+            sandbox_id, body.cmd, on_stdout=out, on_stderr=err, **kw), slot)
+    with slot:
+        return state.engine.run(sandbox_id, body.cmd, **kw)
+
+
+@router.post("/processes", status_code=201)
+def start_process(sandbox_id: SandboxId, body: StartProcess, state: State) -> Started:
+    return Started(pid=state.engine.start(sandbox_id, body.cmd, cwd=body.cwd, envs=body.envs))
+
+
+@router.get("/processes")
+def list_processes(sandbox_id: SandboxId, state: State) -> list[ProcessInfo]:
+    return state.engine.processes(sandbox_id)
+
+
+@router.get("/processes/{pid}/output")
+def process_output(sandbox_id: SandboxId, pid: Pid, state: State) -> ProcessOutput:
+    return state.engine.process_output(sandbox_id, pid)
+
+
+@router.post("/processes/{pid}/wait", responses=_STREAM_DOC)
+def wait_process(sandbox_id: SandboxId, pid: Pid, body: WaitProcess,
+                 state: State) -> CommandResult:
+    if body.stream:
+        return _streamed(lambda out, err: state.engine.wait(  # type: ignore[return-value]
+            sandbox_id, pid, timeout=body.timeout, on_stdout=out, on_stderr=err))
+    return state.engine.wait(sandbox_id, pid, timeout=body.timeout)
+
+
+@router.post("/processes/{pid}/kill")
+def kill_process(sandbox_id: SandboxId, pid: Pid, body: KillProcess, state: State) -> Killed:
+    if not 1 <= body.signal <= 64:
+        raise InvalidArgumentError(f"signal must be 1-64, got {body.signal}")
+    return Killed(killed=state.engine.kill_process(sandbox_id, pid, body.signal))
+
+
+@router.post("/processes/{pid}/stdin", status_code=204)
+def send_stdin(sandbox_id: SandboxId, pid: Pid, body: SendStdin, state: State) -> Response:
+    data = _bytes(body.data, body.data_base64, "data")
+    state.engine.send_stdin(sandbox_id, pid, data if data is not None else b"",
+                            close=body.close)
+    return Response(status_code=204)
+
+
+@router.post("/custom/{name}")
+def custom_command(sandbox_id: SandboxId, name: str, body: CustomCommand, state: State,
+                   who: Caller) -> CommandResult:
+    with state.quotas.command_slot(who.key):
+        return state.engine.custom(sandbox_id, name, body.args)

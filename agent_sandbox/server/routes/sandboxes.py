@@ -1,0 +1,71 @@
+"""/v1/sandboxes: create, list, get, pause, resume, reset the system layer, timeout, delete."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Query, Response
+
+from agent_sandbox.models import SandboxInfo
+from agent_sandbox.server.auth import check_volume
+from agent_sandbox.server.routes._deps import Caller, SandboxId, State
+from agent_sandbox.server.schemas import CreateSandbox, SetTimeout
+
+router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
+
+
+@router.post("", status_code=201)
+def create_sandbox(body: CreateSandbox, state: State, who: Caller) -> SandboxInfo:
+    engine = state.engine
+    if body.volume is not None:
+        check_volume(state, who, body.volume)
+
+    def live() -> int:
+        return len(engine.list(owner=who.owner))
+
+    with state.quotas.sandbox_slot(who.key, live):
+        info = engine.create(**body.model_dump(), owner=who.owner)
+    state.keys.own_volume(info.volume_id, who.owner)
+    return info
+
+
+@router.get("")
+def list_sandboxes(state: State, who: Caller, template: str | None = None,
+                   state_: str | None = Query(None, alias="state")) -> list[SandboxInfo]:
+    owner = None if who.admin else who.owner
+    return state.engine.list(template=template, state=state_, owner=owner)
+
+
+@router.get("/{sandbox_id}")
+def get_sandbox(sandbox_id: SandboxId, state: State) -> SandboxInfo:
+    return state.engine.info(sandbox_id)
+
+
+@router.post("/{sandbox_id}/pause")
+def pause_sandbox(sandbox_id: SandboxId, state: State) -> SandboxInfo:
+    return state.engine.pause(sandbox_id)
+
+
+@router.post("/{sandbox_id}/resume")
+def resume_sandbox(sandbox_id: SandboxId, state: State) -> SandboxInfo:
+    return state.engine.resume(sandbox_id)
+
+
+@router.post("/{sandbox_id}/reset-rootfs")
+def reset_rootfs(sandbox_id: SandboxId, state: State) -> SandboxInfo:
+    return state.engine.reset_rootfs(sandbox_id)
+
+
+@router.put("/{sandbox_id}/timeout", status_code=204)
+@router.post("/{sandbox_id}/timeout", status_code=204)
+def set_timeout(sandbox_id: SandboxId, body: SetTimeout, state: State) -> Response:
+    state.engine.set_timeout(sandbox_id, body.timeout)
+    return Response(status_code=204)
+
+
+@router.delete("/{sandbox_id}", status_code=204)
+def delete_sandbox(sandbox_id: SandboxId, state: State,
+                   delete_volumes: bool = False) -> Response:
+    volume_id = state.engine.info(sandbox_id).volume_id
+    state.engine.kill(sandbox_id, delete_volume=delete_volumes)
+    if delete_volumes:
+        state.keys.forget_volume(volume_id)
+    return Response(status_code=204)

@@ -1,0 +1,89 @@
+"""The HTTP surface itself: error shapes, NDJSON streams, OpenAPI, /metrics, /health."""
+
+from __future__ import annotations
+
+import json
+
+from _gw import Gateway
+
+
+def test_error_shape_and_statuses(gw: Gateway, sandbox_a: str) -> None:
+    with gw.http("a") as http:
+        cases = [
+            (http.post("/v1/sandboxes", content=b"{not json",
+                       headers={"Content-Type": "application/json"}), 400,
+             "invalid_argument", "JSON"),
+            (http.post("/v1/sandboxes", json={"memory_mb": "lots"}), 400,
+             "invalid_argument", "memory_mb"),
+            (http.post("/v1/sandboxes", json={"bogus": 1}), 400, "invalid_argument", "bogus"),
+            (http.post("/v1/sandboxes", json={"memory_mb": -1}), 400, "invalid_argument",
+             "memory_mb must be greater than 0"),
+            (http.get("/v1/sandboxes/sbx-../etc"), 404, "not_found", ""),
+            (http.get("/v1/sandboxes/not-an-id"), 400, "invalid_argument",
+             "invalid sandbox id"),
+            (http.get("/v1/sandboxes/sbx-0000000000"), 404, "not_found", "not found"),
+            (http.get("/v1/nowhere"), 404, "not_found", ""),
+            (http.delete("/v1/templates"), 405, "invalid_argument", ""),
+            (http.get(f"/v1/sandboxes/{sandbox_a}/files/content",
+                      params={"path": "/workspace/missing"}), 404, "not_found", ""),
+            (http.get(f"/v1/sandboxes/{sandbox_a}/files", params={"path": "rel"}), 400,
+             "invalid_argument", "relative"),
+            (http.get(f"/v1/sandboxes/{sandbox_a}/files/stat"), 400, "invalid_argument",
+             "path"),
+        ]
+    for response, status, code, fragment in cases:
+        body = response.json()
+        assert response.status_code == status, (response.request.url, body)
+        assert set(body) == {"code", "message", "details"}
+        assert body["code"] == code and fragment in body["message"], body
+
+
+def test_run_streams_ndjson_events(gw: Gateway, sandbox_a: str) -> None:
+    with gw.http("a") as http, http.stream(
+            "POST", f"/v1/sandboxes/{sandbox_a}/commands",
+            json={"cmd": "echo out; echo err >&2; exit 4", "stream": True}) as r:
+        assert r.headers["content-type"].startswith("application/x-ndjson")
+        events = [json.loads(line) for line in r.iter_lines() if line]
+    assert {"stdout": "out\n"} in events and {"stderr": "err\n"} in events
+    assert events[-1]["result"]["exit_code"] == 4
+    with gw.http("a") as http:
+        r = http.post(f"/v1/sandboxes/{sandbox_a}/commands",
+                      json={"cmd": "ls", "cwd": "/nope", "stream": True})
+    assert r.status_code == 200  # the stream had begun: the error is its last event
+    assert json.loads(r.text.splitlines()[-1])["error"]["code"] == "not_found"
+
+
+def test_binary_stdin_and_upload_download(gw: Gateway, sandbox_a: str) -> None:
+    provider = gw.provider("a")
+    blob = bytes(range(256)) * 10
+    assert provider.run(sandbox_a, "wc -c", stdin=blob).stdout.strip() == str(len(blob))
+    assert provider.write_file(sandbox_a, "/workspace/b.bin", iter([blob, blob])) == 2 * len(blob)
+    assert b"".join(provider.read_file(sandbox_a, "/workspace/b.bin", offset=10, limit=5)) \
+        == blob[10:15]
+
+
+def test_openapi_document(gw: Gateway) -> None:
+    with gw.http() as http:
+        spec = http.get("/openapi.json").json()
+    assert spec["openapi"].startswith("3.")
+    for path in ("/v1/sandboxes", "/v1/sandboxes/{sandbox_id}/commands",
+                 "/v1/sandboxes/{sandbox_id}/files/content", "/v1/templates", "/metrics"):
+        assert path in spec["paths"]
+
+
+def test_metrics_for_admin_only(gw: Gateway, sandbox_a: str) -> None:
+    gw.provider("a").run(sandbox_a, "true")
+    with gw.http("admin") as http:
+        r = http.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    text = r.text
+    running = [line for line in text.splitlines()
+               if line.startswith('abx_sandboxes{state="running"}')]
+    assert running and int(running[0].split()[-1]) >= 1
+    assert ('abx_http_requests_total{method="POST",route="/v1/sandboxes/{sandbox_id}/commands",'
+            'status="200"}') in text
+    assert "abx_http_request_duration_seconds_bucket{" in text and 'le="+Inf"' in text
+    with gw.http("a") as http:
+        assert http.get("/metrics").status_code == 404
+    with gw.http() as http:
+        assert http.get("/metrics").status_code == 401

@@ -1,0 +1,58 @@
+"""Per-key quotas: live sandboxes and concurrent commands, answered 429 + Retry-After."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from _gw import Gateway
+
+from agent_sandbox.errors import ResourceExhaustedError
+from agent_sandbox.providers.remote import RemoteProvider
+
+
+def test_sandbox_quota(gw: Gateway) -> None:
+    _, token = gw.keys.create("one-box", max_sandboxes=1)
+    provider = RemoteProvider(gw.url, token)
+    first = provider.create()
+    try:
+        with gw.http() as http:
+            r = http.post("/v1/sandboxes", json={},
+                          headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 429
+        assert int(r.headers["retry-after"]) > 0
+        body = r.json()
+        assert body["code"] == "resource_exhausted" and body["details"]["limit"] == 1
+        with pytest.raises(ResourceExhaustedError, match="quota"):
+            provider.create()
+    finally:
+        provider.kill(first.sandbox_id, delete_volume=True)
+    # A slot is free again once the sandbox is gone.
+    again = provider.create()
+    provider.kill(again.sandbox_id, delete_volume=True)
+
+
+def test_concurrent_command_quota(gw: Gateway, sandbox_a: str) -> None:
+    provider = gw.provider("a")  # max_commands=2
+    started = threading.Barrier(3)
+    results: list[int] = []
+
+    def slow() -> None:
+        started.wait()
+        results.append(provider.run(sandbox_a, "sleep 2").exit_code)
+
+    threads = [threading.Thread(target=slow) for _ in range(2)]
+    for t in threads:
+        t.start()
+    started.wait()
+    # Both slots are taken for ~2 s; the third command is refused at once.
+    time.sleep(0.5)
+    with gw.http("a") as http:
+        r = http.post(f"/v1/sandboxes/{sandbox_a}/commands", json={"cmd": "true"})
+    assert r.status_code == 429 and r.headers["retry-after"] == "1"
+    assert r.json()["details"]["quota"] == "max_commands"
+    for t in threads:
+        t.join()
+    assert results == [0, 0]
+    assert provider.run(sandbox_a, "true").exit_code == 0
