@@ -1,0 +1,81 @@
+"""``abx config``: settings in ~/.abx/config (0600); env, then ./.env, then the file."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from agent_sandbox.cli.output import CliError, console, err_console, mask, print_json, want_json
+from agent_sandbox.cli.settings import KEYS, config_path, key_of, read_config, resolve, write_config
+
+app = typer.Typer(help="Settings and credentials, kept in ~/.abx/config (mode 0600).",
+                  no_args_is_help=True)
+
+KEY_HELP = f"One of: {', '.join(KEYS)}"
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+@app.command("set", epilog="Example: abx config set sandbox_api_key sk-...")
+def set_(key: Annotated[str, typer.Argument(help=KEY_HELP)],
+         value: Annotated[str, typer.Argument(help="The value.")]) -> None:
+    """Save a setting in ~/.abx/config. The environment and ./.env still win over it."""
+    k = key_of(key)
+    if not value.strip():
+        raise CliError(f"empty value; to remove {key} use `abx config unset {key}`", 2)
+    data = read_config()
+    data[key] = value.strip()
+    path = write_config(data)
+    shown = mask(value) if k.secret else value
+    console.print(f"{key} = {shown}  (saved in {path})")
+
+
+@app.command(epilog="Example: abx config get base_url --json")
+def get(key: Annotated[str, typer.Argument(help=KEY_HELP)], json_out: JsonOpt = False) -> None:
+    """Print the value a setting resolves to (environment, then ./.env, then ~/.abx/config).
+
+    Exit code 1 when it is not set anywhere.
+    """
+    r = resolve(key)
+    if want_json(json_out):
+        print_json({"key": key, "env": r.key.env, "value": r.value, "source": r.source})
+    elif r.value is not None:
+        console.print(r.value)
+    if r.value is None:
+        if not want_json(json_out):
+            err_console.print(f"{key} is not set (set it with `abx config set {key} VALUE` or "
+                              f"the {r.key.env} environment variable)")
+        raise typer.Exit(1)
+
+
+@app.command("list", epilog="Example: abx config list")
+def list_(json_out: JsonOpt = False) -> None:
+    """Show every setting, where it comes from, with secrets masked."""
+    rows = []
+    for name, k in KEYS.items():
+        r = resolve(name)
+        value = mask(r.value) if (k.secret and r.value) else r.value
+        rows.append({"key": name, "env": k.env, "value": value, "source": r.source,
+                     "secret": k.secret})
+    if want_json(json_out):
+        print_json({"config": str(config_path()), "settings": rows})
+        return
+    table = Table("key", "value", "source", "env variable")
+    for row in rows:
+        table.add_row(row["key"], row["value"] or "-", row["source"] or "-", row["env"])
+    console.print(table)
+    console.print(f"file: {config_path()}  (order: environment > ./.env > file)", style="dim")
+
+
+@app.command(epilog="Example: abx config unset region")
+def unset(key: Annotated[str, typer.Argument(help=KEY_HELP)]) -> None:
+    """Remove a setting from ~/.abx/config (the environment and ./.env are not touched)."""
+    key_of(key)
+    data = read_config()
+    if key not in data:
+        console.print(f"{key} was not set in {config_path()} (nothing to do)")
+        return
+    del data[key]
+    write_config(data)
+    console.print(f"{key} removed from {config_path()}")

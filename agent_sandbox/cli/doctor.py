@@ -1,0 +1,175 @@
+"""``abx doctor``: can this host run sandboxes? Each failure comes with the fix."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from agent_sandbox.cli.output import console, print_json, want_json
+
+NAMESPACES = ("mnt", "pid", "ipc", "uts", "net", "user", "cgroup")
+CONTROLLERS = ("cpu", "memory", "pids")
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    required: bool = True  # a failed optional check only warns
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def check_root() -> Check:
+    ok = os.geteuid() == 0
+    return Check("root", ok, "running as root" if ok else f"running as uid {os.geteuid()}",
+                 "" if ok else "run the engine as root: sudo abx ...")
+
+
+def check_runtime() -> Check:
+    found = shutil.which("runc") or shutil.which("runc", path="/usr/sbin:/usr/bin:/sbin")
+    crun = shutil.which("crun")
+    if found:
+        return Check("container runtime", True, f"runc at {found}")
+    if crun:
+        return Check("container runtime", False, f"only crun at {crun}; the engine drives runc",
+                     "apt-get install -y runc")
+    return Check("container runtime", False, "runc not found", "apt-get install -y runc")
+
+
+def check_namespaces() -> Check:
+    missing = [ns for ns in NAMESPACES if not Path(f"/proc/self/ns/{ns}").exists()]
+    if missing:
+        return Check("namespaces", False, f"missing: {', '.join(missing)}",
+                     "use a kernel built with CONFIG_NAMESPACES (and each *_NS option)")
+    return Check("namespaces", True, ", ".join(NAMESPACES))
+
+
+def check_userns() -> Check:
+    raw = _read("/proc/sys/user/max_user_namespaces").strip()
+    if not raw:
+        return Check("user namespaces", False, "/proc/sys/user/max_user_namespaces missing",
+                     "use a kernel built with CONFIG_USER_NS")
+    if int(raw) <= 0:
+        return Check("user namespaces", False, f"max_user_namespaces = {raw}",
+                     "sysctl -w user.max_user_namespaces=15000 (persist it in "
+                     "/etc/sysctl.d/)")
+    return Check("user namespaces", True, f"max_user_namespaces = {raw}")
+
+
+def check_overlay() -> Check:
+    if "overlay" in _read("/proc/filesystems").split():
+        return Check("overlayfs", True, "overlay in /proc/filesystems")
+    return Check("overlayfs", False, "overlay not in /proc/filesystems", "modprobe overlay")
+
+
+def check_cgroups() -> Check:
+    root = Path("/sys/fs/cgroup")
+    v2 = set(_read(str(root / "cgroup.controllers")).split())
+    have = {c for c in CONTROLLERS if c in v2 or (root / c).is_dir()}  # v2, or v1 hierarchy
+    missing = [c for c in CONTROLLERS if c not in have]
+    mode = "v2" if v2 else "v1"
+    if not v2 and not any((root / c).is_dir() for c in CONTROLLERS):
+        return Check("cgroup controllers", False, "no cgroup hierarchy at /sys/fs/cgroup",
+                     "mount cgroup2: mount -t cgroup2 none /sys/fs/cgroup")
+    if missing:
+        fix = (f"echo '{' '.join('+' + c for c in missing)}' > "
+               "/sys/fs/cgroup/cgroup.subtree_control" if v2 else
+               f"mount the v1 controller(s): {', '.join(missing)} (or boot with cgroup v2)")
+        return Check("cgroup controllers", False, f"{mode}; missing: {', '.join(missing)} "
+                     "(limits are not enforced without them)", fix)
+    return Check("cgroup controllers", True, f"{mode}: {', '.join(sorted(have))}")
+
+
+def check_seccomp() -> Check:
+    line = next((x for x in _read("/proc/self/status").splitlines()
+                 if x.startswith("Seccomp:")), "")
+    if line:
+        return Check("seccomp", True, line.replace("\t", " "))
+    return Check("seccomp", False, "no Seccomp line in /proc/self/status",
+                 "use a kernel built with CONFIG_SECCOMP and CONFIG_SECCOMP_FILTER")
+
+
+def check_tool(binary: str, package: str, why: str, required: bool) -> Check:
+    found = shutil.which(binary) or shutil.which(binary, path="/usr/sbin:/usr/bin:/sbin")
+    if found:
+        return Check(binary, True, f"{found} ({why})", required=required)
+    return Check(binary, False, f"not found ({why})", f"apt-get install -y {package}",
+                 required=required)
+
+
+def check_data_dir() -> Check:
+    from agent_sandbox.runtime.config import default_data_dir
+
+    path = default_data_dir()
+    if path.exists():
+        ok = os.access(path, os.W_OK | os.X_OK)
+        return Check("data dir", ok, f"{path} ({'writable' if ok else 'not writable'})",
+                     "" if ok else f"chown root {path} && chmod 711 {path}")
+    parent = next((p for p in path.parents if p.exists()), Path("/"))
+    ok = os.access(parent, os.W_OK)
+    return Check("data dir", ok, f"{path} (created on first use)",
+                 "" if ok else f"mkdir -p {path} && chmod 711 {path}")
+
+
+def check_templates() -> Check:
+    from agent_sandbox.runtime.config import default_data_dir
+
+    if not default_data_dir().exists():
+        return Check("templates", True, "none yet (the built-in 'base' appears on first use)",
+                     required=False)
+    try:
+        from agent_sandbox.providers.local import local_provider
+
+        names = [t.name for t in local_provider().list_templates()]
+    except Exception as exc:  # noqa: BLE001 - report, do not crash
+        return Check("templates", False, f"cannot open the engine: {exc}",
+                     "fix the failures above, then run `abx doctor` again")
+    return Check("templates", bool(names), ", ".join(names) or "none",
+                 "" if names else "abx template build NAME DIR")
+
+
+def run_checks() -> list[Check]:
+    checks = [check_root(), check_runtime(), check_namespaces(), check_userns(),
+              check_overlay(), check_cgroups(), check_seccomp(),
+              check_tool("mkfs.ext4", "e2fsprogs", "sandbox disks", True),
+              check_tool("slirp4netns", "slirp4netns", "only for --network", False),
+              check_data_dir()]
+    if all(c.ok for c in checks if c.required):
+        checks.append(check_templates())
+    return checks
+
+
+def doctor(json_out: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+           = False) -> None:
+    """Check this host can run sandboxes: runc, namespaces, user namespaces, overlayfs, cgroup
+    controllers, seccomp, tools, the data dir and the templates. Prints the fix for each
+    failure; exits 1 when a required check fails."""
+    checks = run_checks()
+    failed = [c for c in checks if not c.ok and c.required]
+    if want_json(json_out):
+        print_json({"ok": not failed, "checks": [asdict(c) for c in checks]})
+    else:
+        table = Table("check", "", "detail", "fix")
+        for c in checks:
+            mark = "[green]ok[/green]" if c.ok else ("[red]FAIL[/red]" if c.required
+                                                     else "[yellow]warn[/yellow]")
+            table.add_row(c.name, mark, c.detail, c.fix)
+        console.print(table)
+        console.print("All required checks passed." if not failed else
+                      f"{len(failed)} required check(s) failed: run the fix shown for each.")
+    if failed:
+        raise typer.Exit(1)

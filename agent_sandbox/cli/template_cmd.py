@@ -1,0 +1,84 @@
+"""``abx template``: the root filesystems sandboxes start from, on this host's engine."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from agent_sandbox.cli.output import CliError, console, err_console, print_json, want_json
+from agent_sandbox.cli.sdkutil import local_engine, parse_pairs
+
+app = typer.Typer(help="Templates: list, build (import a directory or image archive), remove.",
+                  no_args_is_help=True)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+@app.command("list", epilog="Example: abx template list --json")
+def list_(json_out: JsonOpt = False) -> None:
+    """List the templates on this host."""
+    templates = local_engine().list_templates()
+    if want_json(json_out):
+        print_json([t.model_dump() for t in templates])
+        return
+    table = Table("name", "kind", "workdir", "created", "description")
+    for t in templates:
+        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(t.created_at)) \
+            if t.created_at else "-"
+        table.add_row(t.name, t.kind, t.workdir, created, t.description or "")
+    console.print(table)
+
+
+@app.command(epilog="Examples:\n\n  abx template build mytools ./rootfs-dir\n\n"
+                    "  abx template build py312 ./python-3.12.tar --env LANG=C.UTF-8")
+def build(
+    name: Annotated[str, typer.Argument(help="Template name.")],
+    source: Annotated[Path, typer.Argument(help="A root filesystem directory, or an OCI / "
+                                           "`docker save` image archive.")],
+    replace: Annotated[bool, typer.Option("--replace", help="Overwrite an existing template "
+                                          "(refused while sandboxes use it).")] = False,
+    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE, "
+                                                  "repeatable.")] = None,
+    workdir: Annotated[str | None, typer.Option(help="Default working directory.")] = None,
+    description: Annotated[str | None, typer.Option(help="One line about it.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Build a template by importing a directory or an image archive (with a progress bar)."""
+    if not source.exists():
+        raise CliError(f"{source} does not exist; give a directory or an image archive", 2)
+    engine = local_engine()
+    kw: dict[str, Any] = {"replace": replace}
+    if env:
+        kw["env"] = parse_pairs(env, "--env")
+    if workdir:
+        kw["workdir"] = workdir
+    if description:
+        kw["description"] = description
+    quiet = want_json(json_out)
+    with Progress(TextColumn("[b]{task.description}"), BarColumn(), TaskProgressColumn(),
+                  TextColumn("{task.fields[msg]}"), TimeElapsedColumn(),
+                  console=err_console, disable=quiet, transient=False) as bar:
+        task = bar.add_task(f"importing {name}", total=None, msg="")
+
+        def progress(done: float, total: float, msg: str) -> None:
+            bar.update(task, completed=done, total=total or None, msg=msg)
+
+        info = engine.import_template(name, str(source.resolve()), progress=progress, **kw)
+        bar.update(task, completed=1, total=1, msg="done")
+    if quiet:
+        print_json(info.model_dump())
+    else:
+        console.print(f"template {info.name} ready ({info.kind}); use it with "
+                      f"`abx sandbox create --template {info.name}`")
+
+
+@app.command(epilog="Example: abx template remove mytools")
+def remove(name: Annotated[str, typer.Argument(help="Template name.")]) -> None:
+    """Remove a template (refused while sandboxes use it; kill them first)."""
+    local_engine().remove_template(name)
+    console.print(f"removed template {name}")

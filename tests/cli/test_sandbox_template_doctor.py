@@ -1,0 +1,109 @@
+"""``abx sandbox``, ``abx template`` and ``abx doctor`` on this host's engine."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from conftest import Abx
+
+BUSYBOX = shutil.which("busybox")
+
+
+def test_sandbox_lifecycle(abx: Abx, tmp_path: Path) -> None:
+    sid = abx("sandbox", "create", "--memory-mb", "256", "--env", "GREETING=hi", "--json",
+              timeout=120).json()["sandbox_id"]
+    try:
+        assert sid in {s["sandbox_id"] for s in abx("sandbox", "list", "--json").json()}
+        assert sid in abx("sandbox", "list").out  # the Rich table, id not cut
+        info = abx("sandbox", "info", sid, "--json").json()
+        assert info["state"] == "running" and info["env_names"] == ["GREETING"]
+        r = abx("sandbox", "exec", sid, 'echo "$GREETING out"; echo err >&2; exit 3', check=3)
+        assert r.out == "hi out\n" and r.err == "err\n"
+        assert abx("sandbox", "exec", sid, "--", "python3", "-c", "print(6*7)").out == "42\n"
+        res = abx("sandbox", "exec", sid, "--json", "exit 5", check=5).json()
+        assert res["exit_code"] == 5
+        local = tmp_path / "data.bin"
+        local.write_bytes(os.urandom(300_000))
+        abx("sandbox", "upload", sid, str(local), "/workspace/data.bin")
+        back = tmp_path / "back.bin"
+        abx("sandbox", "download", sid, "/workspace/data.bin", str(back))
+        assert back.read_bytes() == local.read_bytes()
+        assert abx("sandbox", "pause", sid, "--json").json()["state"] == "paused"
+        assert abx("sandbox", "resume", sid, "--json").json()["state"] == "running"
+        abx("sandbox", "exec", sid, "touch /etc/marker")
+        abx("sandbox", "reset", sid)
+        abx("sandbox", "exec", sid, "test ! -e /etc/marker && test -e /workspace/data.bin")
+        # The base template has no kernel (an SDK without run_code says so too).
+        r = abx("sandbox", "run-code", sid, "print(1)", check=1)
+        assert "not available in this build yet" in r.err or "no code interpreter" in r.err
+    finally:
+        abx("sandbox", "kill", sid, "--delete-volume", check=None)
+    r = abx("sandbox", "info", sid, check=1)
+    assert "not found" in r.err
+
+
+def test_sandbox_errors(abx: Abx) -> None:
+    assert "not found" in abx("sandbox", "exec", "sbx-0000000000", "true", check=1).err
+    assert "invalid sandbox id" in abx("sandbox", "info", "nope", check=2).err
+    assert "NAME=VALUE" in abx("sandbox", "create", "--env", "JUNK", check=2).err
+
+
+@pytest.mark.skipif(BUSYBOX is None, reason="needs busybox (apt-get install busybox-static)")
+def test_template_build_list_remove(abx: Abx, tmp_path: Path) -> None:
+    root = tmp_path / "rootfs"
+    (root / "bin").mkdir(parents=True)
+    shutil.copy2(str(BUSYBOX), root / "bin" / "busybox")
+    for applet in ("sh", "echo", "ls", "cat", "id"):
+        os.symlink("busybox", root / "bin" / applet)
+    name = f"cli-tmpl-{os.getpid()}"
+    r = abx("template", "build", name, str(root), "--description", "cli test", timeout=180)
+    assert f"template {name} ready" in r.out
+    try:
+        listed = {t["name"]: t for t in abx("template", "list", "--json").json()}
+        assert listed[name]["description"] == "cli test" and "base" in listed
+        sid = abx("sandbox", "create", "--template", name, "--json",
+                  timeout=120).json()["sandbox_id"]
+        try:
+            assert abx("sandbox", "exec", sid, "echo hi").out == "hi\n"
+            assert "used by sandboxes" in abx("template", "remove", name, check=1).err
+        finally:
+            abx("sandbox", "kill", sid, "--delete-volume")
+    finally:
+        abx("template", "remove", name, check=None)
+    assert name not in {t["name"] for t in abx("template", "list", "--json").json()}
+    assert "does not exist" in abx("template", "build", "x", str(tmp_path / "nope"),
+                                   check=2).err
+
+
+def test_doctor(abx: Abx) -> None:
+    r = abx("doctor", "--json", check=None)
+    report = r.json()
+    names = {c["name"] for c in report["checks"]}
+    assert {"root", "container runtime", "namespaces", "user namespaces", "overlayfs",
+            "cgroup controllers", "seccomp", "data dir"} <= names
+    assert r.code == (0 if report["ok"] else 1)
+    assert all(c["fix"] for c in report["checks"] if not c["ok"])
+    assert report["ok"]  # the suite runs sandboxes on this host, so it must pass here
+
+
+COMMANDS = [
+    ["mcp", "install"], ["mcp", "uninstall"], ["mcp", "status"], ["mcp", "start"],
+    ["mcp", "stop"], ["mcp", "deploy"], ["config", "set"], ["config", "get"],
+    ["config", "list"], ["config", "unset"], ["sandbox", "create"], ["sandbox", "list"],
+    ["sandbox", "info"], ["sandbox", "exec"], ["sandbox", "run-code"], ["sandbox", "upload"],
+    ["sandbox", "download"], ["sandbox", "pause"], ["sandbox", "resume"], ["sandbox", "reset"],
+    ["sandbox", "kill"], ["template", "list"], ["template", "build"], ["template", "remove"],
+    ["doctor"],
+]
+
+
+def test_every_command_has_help_with_an_example(abx: Abx) -> None:
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda c: abx(*c, "--help"), COMMANDS))
+    for command, r in zip(COMMANDS, results, strict=True):
+        assert "Example" in r.out, command
+    assert abx("nosuch", check=2).code == 2
