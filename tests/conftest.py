@@ -63,3 +63,16 @@ def sandbox() -> Iterator[object]:
         sb.kill(delete_volume=True)
     except Exception:  # noqa: BLE001 - a test may have killed it already
         pass
+
+
+@pytest.fixture(scope="session")
+def local_users() -> Iterator[object]:
+    """Factory of real unprivileged users (``local_users.create()``); skips without root."""
+    from localusers import LocalUsers
+
+    users = LocalUsers()
+    reason = users.missing()
+    if reason:
+        pytest.skip(reason)
+    yield users
+    users.cleanup()
