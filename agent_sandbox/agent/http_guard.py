@@ -64,3 +64,36 @@ def header(scope: Scope, name: bytes) -> str | None:
         if key.lower() == name:
             return value.decode("latin-1")
     return None
+
+
+def uvicorn_bind_hosts(argv: list[str], environ: dict[str, str]) -> list[str]:
+    """The TCP hosts the uvicorn command line asks for ([] for a unix socket or an fd).
+
+    The ASGI app never sees its listening socket before it serves, so the refusal to start
+    reads what uvicorn was told; requests are checked again one by one (see below).
+    """
+    hosts: list[str] = []
+    for i, arg in enumerate(argv):
+        if arg == "--host" and i + 1 < len(argv):
+            hosts.append(argv[i + 1])
+        elif arg.startswith("--host="):
+            hosts.append(arg.split("=", 1)[1])
+        elif arg in ("--uds", "--fd") or arg.startswith(("--uds=", "--fd=")):
+            return []
+    if not hosts:
+        hosts.append(environ.get("UVICORN_HOST", "127.0.0.1"))
+    return hosts
+
+
+def exposure_problem(token: str | None, hosts: list[str]) -> str | None:
+    """Why serving on ``hosts`` with this token would be unsafe (None: it is fine)."""
+    from agent_sandbox.netutil import is_loopback
+
+    if token is not None:
+        return None
+    exposed = [h for h in hosts if not is_loopback(h)]
+    if not exposed:
+        return None
+    return (f"refusing to serve on {', '.join(exposed)} without a token: anyone who can reach "
+            "it could run commands in sandboxes. Set ABX_MCP_AUTH_TOKEN (or "
+            "ABX_MCP_AUTH_TOKEN_FILE), or bind to 127.0.0.1")

@@ -16,7 +16,7 @@ import anyio
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from agent_sandbox.agent.banner import auth_configured, print_banner
-from agent_sandbox.agent.config import AgentConfig
+from agent_sandbox.agent.config import AgentConfig, warm_pool_for
 from agent_sandbox.agent.server import AgentServer, create_mcp_app
 from agent_sandbox.agent.stdio import STDIO_DEFAULT_VERSION, bounded_stdio
 
@@ -51,21 +51,22 @@ async def serve(server: AgentServer) -> None:
 
 def _drain_pool() -> None:
     # The only place the server touches the engine directly: warm sandboxes would otherwise
-    # outlive the process.
+    # outlive the process. No engine in this process (a remote provider) means no pool.
     try:
-        from agent_sandbox.providers.local import local_provider
+        from agent_sandbox.providers import local
 
-        local_provider().drain_pool()
+        engine = local.running_engine()
+        if engine is not None:
+            engine.drain_pool()
     except Exception:  # noqa: BLE001 - best effort at exit
         log.exception("could not drain the warm pool")
 
 
 def main(argv: list[str] | None = None) -> int:
-    # A warm pool makes create_sandbox take milliseconds; set before the engine starts.
-    os.environ.setdefault("ABX_POOL_SIZE", "2")
     logging.basicConfig(level=os.environ.get("ABX_LOG_LEVEL", "WARNING").upper(),
                         stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = AgentConfig.from_env()
+    warm_pool_for(config.template)
     try:
         server = create_mcp_app(config=config, transport="stdio")
     except Exception as exc:  # noqa: BLE001 - e.g. a bad ABX_MCP_TOOLS

@@ -19,14 +19,16 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 
 from agent_sandbox.agent.banner import print_banner
-from agent_sandbox.agent.config import AgentConfig, _int_env
+from agent_sandbox.agent.config import AgentConfig, _int_env, warm_pool_for
 from agent_sandbox.agent.http_guard import (
     allowed_origins,
+    exposure_problem,
     header,
     load_token,
     origin_ok,
     send_json,
     token_ok,
+    uvicorn_bind_hosts,
 )
 from agent_sandbox.agent.server import AgentServer, _version, create_mcp_app
 
@@ -43,8 +45,8 @@ MCP_PATH = "/mcp"
 
 class MCPHttpApp:
     def __init__(self) -> None:
-        os.environ.setdefault("ABX_POOL_SIZE", "2")  # before the engine starts
-        self.config = AgentConfig.from_env()
+        self.config = AgentConfig.from_env("http")
+        warm_pool_for(self.config.template)
         self.server: AgentServer = create_mcp_app(config=self.config, transport="http")
         # The sessionless 2026-07-28 era has no session to own sandboxes or to end them:
         # answering discover with "method not found" makes a modern client fall back to
@@ -84,6 +86,12 @@ class MCPHttpApp:
         if not origin_ok(header(scope, b"origin"), self.origins):
             await send_json(send, 403, {"error": "origin not allowed"})
             return
+        # The address this request came in on: an app embedded under a server we could not
+        # check at startup still never answers beyond loopback without a token.
+        problem = exposure_problem(self.token, [(scope.get("server") or ("127.0.0.1", 0))[0]])
+        if problem:
+            await send_json(send, 401, {"error": problem})
+            return
         if not token_ok(self.token, header(scope, b"authorization")):
             await send_json(send, 401, {"error": "missing or wrong bearer token"},
                             [(b"www-authenticate", b'Bearer realm="agent-sandbox"')])
@@ -113,6 +121,11 @@ class MCPHttpApp:
 
         message = await receive()
         assert message["type"] == "lifespan.startup"
+        argv = sys.argv if "uvicorn" in " ".join(sys.argv[:1]) else []
+        problem = exposure_problem(self.token, uvicorn_bind_hosts(argv, dict(os.environ)))
+        if problem:
+            await send({"type": "lifespan.startup.failed", "message": problem})
+            return
         # Every SDK call is a blocking engine call in a worker thread: anyio's default of 40
         # threads would queue concurrent tool calls behind each other.
         anyio.to_thread.current_default_thread_limiter().total_tokens = max(

@@ -7,6 +7,7 @@ are raised as ``SandboxError``; the server turns them into ``isError`` results.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import posixpath
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_sandbox.agent.args import Args
-from agent_sandbox.agent.config import AgentConfig
+from agent_sandbox.agent.config import CODE_TEMPLATE, AgentConfig
 from agent_sandbox.agent.output import OUTPUT_DIR, cut, split_budget
 from agent_sandbox.agent.sessions import SessionState
 from agent_sandbox.errors import InvalidArgumentError, WrongStateError
@@ -92,8 +93,19 @@ def _describe(info: SandboxInfo) -> str:
     return f"{info.sandbox_id} ({', '.join(flags)})"
 
 
-async def sandbox_for(ctx: CallContext, sandbox_id: str | None) -> AsyncSandbox:
-    """The named sandbox, or the session's default one (created lazily)."""
+async def _kernel_template(ctx: CallContext) -> str:
+    """The server's template if it has a code kernel, else the code interpreter's."""
+    from agent_sandbox.providers.select import default_provider
+
+    templates = await asyncio.to_thread(default_provider().list_templates)
+    has_kernel = any(t.name == ctx.config.template and t.has_kernel for t in templates)
+    return ctx.config.template if has_kernel else CODE_TEMPLATE
+
+
+async def sandbox_for(ctx: CallContext, sandbox_id: str | None, *,
+                      needs_kernel: bool = False) -> AsyncSandbox:
+    """The named sandbox, or the session's default one (created lazily; for run_code from a
+    template that has a kernel, so a first run_code on a plain server just works)."""
     if sandbox_id:
         sb = await ctx.session.resolve(sandbox_id)
     else:
@@ -102,8 +114,9 @@ async def sandbox_for(ctx: CallContext, sandbox_id: str | None) -> AsyncSandbox:
             if default is not None:
                 sb = ctx.session.sandboxes[default]
             else:
+                template = await _kernel_template(ctx) if needs_kernel else ctx.config.template
                 sb = await AsyncSandbox.create(
-                    template=ctx.config.template,
+                    template=template,
                     metadata={"mcp_session": ctx.session.session_id[:64]})
                 ctx.session.adopt(sb, persistent=False)
     ctx.sandbox_id = sb.sandbox_id
@@ -191,7 +204,7 @@ async def run_code(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
     language = a.str("language", "python")
     timeout = a.num("timeout", 60, minimum=0.001)
     context = a.str("context")
-    sb = await sandbox_for(ctx, a.str("sandbox_id"))
+    sb = await sandbox_for(ctx, a.str("sandbox_id"), needs_kernel=True)
     sink = ctx.progress
     on_out = (lambda t: sink("stdout", t)) if sink else None
     on_err = (lambda t: sink("stderr", t)) if sink else None

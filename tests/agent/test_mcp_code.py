@@ -55,7 +55,12 @@ def test_run_code_text_state_errors_and_png_image() -> None:
 def test_run_code_on_a_template_without_kernel() -> None:
     async def main() -> None:
         async with Client(stdio_params(ABX_MCP_TEMPLATE="base"), mode="legacy") as c:
-            r = await c.call_tool("run_code", {"code": "1"})
+            # The first call of a session: the lazy default comes from a kernel template.
+            r = await c.call_tool("run_code", {"code": "6*7"})
+            assert not r.is_error and r.structured_content["results"][0]["text"] == "42"
+            r = await c.call_tool("create_sandbox", {})
+            plain = r.structured_content["sandbox"]["sandbox_id"]
+            r = await c.call_tool("run_code", {"code": "1", "sandbox_id": plain})
             assert r.is_error
             text = r.content[0].text  # type: ignore[union-attr]
             assert "code-interpreter-v1" in text and "run_command" in text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -17,23 +18,20 @@ import pytest
 from _helpers import ROOT, server_env, wait_gone
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcpwire import ACCEPT, INIT, rpc_body, rpc_text
 
 TOKEN = "t0ken-for-tests"
-ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                   "clientInfo": {"name": "raw", "version": "1"}}}
 
 
 class Uvicorn:
-    def __init__(self, **env: str) -> None:
+    def __init__(self, host: str = "127.0.0.1", **env: str) -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "agent_sandbox.agent.mcp_http:asgi_app",
-             "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"],
+             "--host", host, "--port", str(self.port), "--log-level", "warning"],
             cwd=ROOT, env=server_env(**env), stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -63,14 +61,6 @@ def srv() -> Iterator[Uvicorn]:
 
 def auth(token: str = TOKEN) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
-
-
-def rpc_body(resp: httpx.Response) -> dict[str, Any]:
-    if resp.headers.get("content-type", "").startswith("text/event-stream"):
-        for line in resp.text.splitlines():
-            if line.startswith("data:") and line[5:].strip():
-                return json.loads(line[5:])
-    return resp.json()
 
 
 def open_session(base: str, headers: dict[str, str]) -> str:
@@ -149,10 +139,16 @@ def test_auto_mode_client(srv: Uvicorn) -> None:
             # Over HTTP the server is sessionful: an auto client falls back to a handshake
             # version (and so gets a session of its own).
             assert c.protocol_version <= "2025-11-25", c.protocol_version
-            r = await c.call_tool("run_command", {"command": "echo auto"})
-            assert not r.is_error and r.structured_content["stdout"] == "auto\n"
+            # The HTTP default template is base; a first run_code still gets a kernel.
             r = await c.call_tool("run_code", {"code": "1+1"})
             assert not r.is_error and r.structured_content["results"][0]["text"] == "2"
+            r = await c.call_tool("run_command", {"command": "echo auto"})
+            assert not r.is_error and r.structured_content["stdout"] == "auto\n"
+            r = await c.call_tool("create_sandbox", {})
+            assert r.structured_content["sandbox"]["template"] == "base"
+            plain = r.structured_content["sandbox"]["sandbox_id"]
+            r = await c.call_tool("run_code", {"code": "1", "sandbox_id": plain})
+            assert r.is_error and "code-interpreter-v1" in r.content[0].text
 
     anyio.run(main)
 
@@ -202,3 +198,60 @@ def test_sessionless_requests_are_refused(srv: Uvicorn) -> None:
         r = httpx.post(srv.url + "/mcp", json=body, headers={**headers, **routing}, timeout=30)
         assert "error" in r.text and "handshake" in r.text, (method, r.text)
         assert "leaked" not in r.text
+
+
+def test_refuses_to_start_beyond_loopback_without_token() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "uvicorn", "agent_sandbox.agent.mcp_http:asgi_app",
+         "--host", "0.0.0.0", "--port", "0"], cwd=ROOT, env=server_env(),
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "refusing to serve on 0.0.0.0 without a token" in proc.stderr
+    # With a token the same bind is allowed, and the token is required.
+    server = Uvicorn(host="0.0.0.0", ABX_MCP_AUTH_TOKEN=TOKEN)
+    try:
+        assert httpx.get(server.url + "/health").status_code == 401
+        assert httpx.get(server.url + "/health", headers=auth()).status_code == 200
+    finally:
+        server.stop()
+
+
+def test_curl_flow(srv: Uvicorn) -> None:
+    """initialize -> tools/call run_code with the session header -> DELETE, with real curl."""
+    curl = shutil.which("curl")
+    if curl is None:
+        pytest.skip("curl is not installed")
+
+    def post(body: dict[str, Any], *extra: str) -> tuple[dict[str, str], str]:
+        argv = [curl, "-sS", "-D", "-", "-X", "POST", srv.url + "/mcp",
+                "-H", "Content-Type: application/json",
+                "-H", "Accept: application/json, text/event-stream",
+                "-H", f"Authorization: Bearer {TOKEN}", *extra, "--data", json.dumps(body)]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True).stdout
+        head, _, payload = out.replace("\r\n", "\n").partition("\n\n")
+        headers = {k.strip().lower(): v.strip()
+                   for k, _, v in (line.partition(":") for line in head.splitlines()[1:])}
+        headers["status"] = head.split()[1]
+        return headers, payload
+
+    headers, payload = post(INIT)
+    assert headers["status"] == "200"
+    sid = headers["mcp-session-id"]
+    assert rpc_text(payload, headers["content-type"])["result"]["protocolVersion"] == "2025-06-18"
+    session = ("-H", f"Mcp-Session-Id: {sid}")
+    headers, _ = post({"jsonrpc": "2.0", "method": "notifications/initialized"}, *session)
+    assert headers["status"] == "202"
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "run_code", "arguments": {"code": "print(1+1)"}}}
+    headers, payload = post(call, *session)
+    result = rpc_text(payload, headers["content-type"])["result"]
+    assert not result.get("isError"), result
+    assert result["structuredContent"]["stdout"] == "2\n"
+    sandbox = result["structuredContent"]["sandbox_id"]
+    done = subprocess.run([curl, "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-X", "DELETE",
+                           srv.url + "/mcp", "-H", f"Authorization: Bearer {TOKEN}", *session],
+                          capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout == "200"
+    assert not wait_gone({sandbox}), "DELETE must destroy the session's sandbox"
+    headers, _ = post(call, *session)
+    assert headers["status"] == "404"

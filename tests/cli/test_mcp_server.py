@@ -7,29 +7,16 @@ import re
 import socket
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import httpx2 as httpx
 from conftest import ABX, Abx
-
-ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                   "clientInfo": {"name": "cli-test", "version": "1"}}}
+from mcpwire import ACCEPT, INIT, rpc_body
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def rpc_body(resp: httpx.Response) -> dict[str, Any]:
-    if resp.headers.get("content-type", "").startswith("text/event-stream"):
-        for line in resp.text.splitlines():
-            if line.startswith("data:") and line[5:].strip():
-                return json.loads(line[5:])
-    return resp.json()
 
 
 def create_sandbox_over_mcp(url: str, headers: dict[str, str]) -> str:

@@ -19,4 +19,9 @@ def local_provider() -> Engine:
         return _engine
 
 
-__all__ = ["local_provider", "Engine"]
+def running_engine() -> Engine | None:
+    """The engine if this process has started one (without starting it)."""
+    return _engine
+
+
+__all__ = ["local_provider", "running_engine", "Engine"]
