@@ -152,14 +152,14 @@ class Kernels:
         with self._lock((sandbox_id, ctx)):
             restarted = False
             for attempt in range(2):
-                kernel, fresh = self._ensure(sandbox_id, row, tmpl, ctx)
-                restarted = restarted or fresh
                 try:
+                    kernel, fresh = self._ensure(sandbox_id, row, tmpl, ctx)
+                    restarted = restarted or fresh
                     execution = self._execute(sandbox_id, kernel, code, float(timeout),
                                               on_stdout, on_stderr, on_result)
                 except _KernelGone:
-                    # Dead before it took the cell (killed, OOM, sandbox rebooted): once
-                    # more on a fresh kernel, and say so.
+                    # Killed before it took the cell (from outside, OOM): once more on a
+                    # fresh kernel, and say so.
                     self._drop(sandbox_id, ctx)
                     if attempt:
                         raise RuntimeUnavailableError(
@@ -430,8 +430,8 @@ class Kernels:
         started = time.monotonic()
         deadline = started + timeout
         last_check = started
-        got_any = False
         interrupted_at: float | None = None
+        got_any = False
         sock = client.iopub_channel.socket
         while True:
             msg = _recv(sock, client, 0.2)
@@ -452,9 +452,12 @@ class Kernels:
                     last_check = now
                     self.engine.store.touch(sandbox_id)  # a long cell is a use
                     if not self._running(sandbox_id, kernel.state):
-                        if not got_any:
-                            raise _KernelGone("the kernel is not running")
                         code_ = self._exit_code(sandbox_id, kernel.state.pid)
+                        if not got_any and code_ == 137:
+                            # SIGKILLed with nothing published for this cell: dead before
+                            # it took it. (A cell that exits, e.g. os._exit, is its error:
+                            # it dies before its busy status leaves, so got_any can't tell.)
+                            raise _KernelGone("the kernel was killed")
                         self._drop(sandbox_id, kernel.state.context)
                         execution.error = ExecutionError(
                             name="KernelDiedError",
