@@ -66,6 +66,23 @@ def sandbox() -> Iterator[object]:
 
 
 @pytest.fixture(scope="session")
+def code_template() -> str:
+    """code-interpreter-v1, built once per session in its data dir (gateways and servers the
+    tests start share it), so no request waits minutes for it."""
+    from agent_sandbox.errors import RuntimeUnavailableError
+    from agent_sandbox.providers.local import local_provider
+    from agent_sandbox.runtime import code_template as template
+
+    try:
+        template.ensure(local_provider().templates)
+    except RuntimeUnavailableError as exc:
+        if "registry could not be reached" in str(exc):
+            pytest.skip(f"{template.NAME} cannot be built: the package registry is unreachable")
+        raise
+    return template.NAME
+
+
+@pytest.fixture(scope="session")
 def local_users() -> Iterator[object]:
     """Factory of real unprivileged users (``local_users.create()``); skips without root."""
     from localusers import LocalUsers

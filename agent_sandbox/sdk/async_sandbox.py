@@ -237,6 +237,10 @@ class AsyncSandbox:
         await _call(code_provider(self._provider).restart_code_context, self.sandbox_id,
                     context)
 
+    async def list_code_contexts(self) -> list[CodeContext]:
+        provider: Any = code_provider(self._provider)
+        return await _call(provider.list_code_contexts, self.sandbox_id)
+
     async def custom(self, name: str, args: list[str] | None = None) -> CommandResult:
         return await _call(self._provider.custom, self.sandbox_id, name, args)
 

@@ -123,6 +123,11 @@ class Sandbox:
         are lost."""
         code_provider(self._provider).restart_code_context(self.sandbox_id, context)
 
+    def list_code_contexts(self) -> list[CodeContext]:
+        """The sandbox's code contexts (``default`` is listed once it has run a cell)."""
+        provider: Any = code_provider(self._provider)  # an engine-side extra, not in Provider
+        return provider.list_code_contexts(self.sandbox_id)
+
     def custom(self, name: str, args: list[str] | None = None) -> CommandResult:
         """Run a named command the template defines."""
         return self._provider.custom(self.sandbox_id, name, args)

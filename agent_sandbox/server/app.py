@@ -12,7 +12,7 @@ from agent_sandbox.runtime.engine import Engine
 from agent_sandbox.server import errors
 from agent_sandbox.server.keys import KeyStore
 from agent_sandbox.server.metrics import MetricsMiddleware
-from agent_sandbox.server.routes import commands, files, misc, sandboxes
+from agent_sandbox.server.routes import code, commands, files, misc, sandboxes
 from agent_sandbox.server.schemas import ErrorBody
 from agent_sandbox.server.state import GatewayState
 
@@ -41,7 +41,7 @@ def create_app(engine: Engine | None = None, keys: KeyStore | None = None) -> Fa
                   responses=_ERROR_DOCS)  # type: ignore[arg-type]
     app.state.gateway = state
     errors.install(app)
-    for module in (sandboxes, commands, files, misc):
+    for module in (sandboxes, commands, code, files, misc):
         app.include_router(module.router)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     return app

@@ -1,6 +1,6 @@
-"""Prometheus text metrics: requests, latencies, sandboxes by state.
+"""Prometheus text metrics: requests, latencies, sandboxes by state, code runs.
 
-Kept by hand (a few dicts under a lock) rather than with prometheus_client: three metric
+Kept by hand (a few dicts under a lock) rather than with prometheus_client: four metric
 families do not justify a dependency, and the text format is simple.
 """
 
@@ -23,6 +23,13 @@ class Metrics:
         self.requests: Counter[tuple[str, str, int]] = Counter()
         self._hist: dict[tuple[str, str], list[int]] = {}
         self._sum: Counter[tuple[str, str]] = Counter()
+        self.code_runs: Counter[str] = Counter()
+
+    def code_run(self, outcome: str) -> None:
+        """A run_code cell ended: ok, error (the code raised), timeout, or failed (no
+        execution: bad argument, no kernel...)."""
+        with self._lock:
+            self.code_runs[outcome] += 1
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         with self._lock:
@@ -36,9 +43,14 @@ class Metrics:
         states = Counter(sandbox_states)
         for state in sorted({"running", "paused", *states}):
             lines.append(f'abx_sandboxes{{state="{state}"}} {states[state]}')
-        lines += ["# HELP abx_http_requests_total HTTP requests by route and status.",
-                  "# TYPE abx_http_requests_total counter"]
         with self._lock:
+            lines += ["# HELP abx_code_runs_total run_code cells by outcome.",
+                      "# TYPE abx_code_runs_total counter"]
+            for outcome in sorted({"ok", "error", "timeout", "failed", *self.code_runs}):
+                lines.append(f'abx_code_runs_total{{outcome="{outcome}"}} '
+                             f"{self.code_runs[outcome]}")
+            lines += ["# HELP abx_http_requests_total HTTP requests by route and status.",
+                      "# TYPE abx_http_requests_total counter"]
             for (method, route, status), n in sorted(self.requests.items()):
                 lines.append(f'abx_http_requests_total{{method="{method}",route="{route}",'
                              f'status="{status}"}} {n}')

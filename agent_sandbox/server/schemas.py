@@ -71,6 +71,20 @@ class CustomCommand(_Body):
     args: list[str] | None = None
 
 
+class RunCode(_Body):
+    code: str
+    language: str = "python"
+    timeout: int | float | None = Field(60, description="seconds; past it the cell is interrupted "
+                                                  "and the context's variables are kept")
+    context: str | None = Field(None, description="code context id (default: `default`)")
+    stream: bool = Field(False, description="answer NDJSON events instead of one result")
+
+
+class CreateCodeContext(_Body):
+    cwd: str | None = Field(None, description="working directory (default: the template's)")
+    language: str = "python"
+
+
 class PathBody(_Body):
     path: str
 

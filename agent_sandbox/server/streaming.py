@@ -12,74 +12,125 @@ from typing import Any
 import anyio
 import anyio.from_thread
 import anyio.to_thread
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from agent_sandbox.errors import SandboxError
 from agent_sandbox.models import CommandResult
-from agent_sandbox.server.errors import log
+from agent_sandbox.server.errors import log, sandbox_error_response
 
 OutputCallback = Callable[[str], None]
 RunFn = Callable[[OutputCallback, OutputCallback], CommandResult]
+Emit = Callable[[dict[str, Any]], None]
+# Does the work, emitting events as it goes; returns the last event.
+WorkFn = Callable[[Emit], dict[str, Any]]
+NDJSON = "application/x-ndjson"
 _DONE = object()
+
+
+class _Failure:
+    """The work raised: an ``error`` event, or the response's status if it came first."""
+
+    def __init__(self, exc: SandboxError) -> None:
+        self.exc = exc
+
+
+class _Pump:
+    """Runs ``work`` in a thread, its events going through a bounded queue: the worker
+    blocks when the client reads slowly, so output is never piled up in the gateway; once
+    the client is gone, events are dropped and the work runs to its end (or its timeout).
+    ``slot`` (a quota) is held until then."""
+
+    def __init__(self, work: WorkFn, slot: AbstractContextManager[Any] | None) -> None:
+        self.events: queue.Queue[Any] = queue.Queue(maxsize=256)
+        self.gone = threading.Event()
+        self._work = work
+        self._slot = slot
+        threading.Thread(target=self._run, name="abx-gw-stream", daemon=True).start()
+
+    def put(self, event: Any) -> None:
+        while not self.gone.is_set():
+            try:
+                self.events.put(event, timeout=0.5)
+                return
+            except queue.Full:
+                continue
+
+    def _run(self) -> None:
+        try:
+            self.put(self._work(self.put))
+        except SandboxError as exc:
+            self.put(_Failure(exc))
+        except Exception as exc:  # noqa: BLE001 - becomes an error event, not a hang
+            log.exception("streamed call failed")
+            self.put(_Failure(SandboxError(f"internal error: {type(exc).__name__}")))
+        finally:
+            if self._slot is not None:
+                self._slot.__exit__(None, None, None)
+            self.put(_DONE)
+
+    async def next(self) -> Any:
+        return await anyio.to_thread.run_sync(self.events.get)
+
+    async def lines(self, first: Any = None) -> AsyncIterator[bytes]:
+        try:
+            event = first if first is not None else await self.next()
+            while event is not _DONE:
+                if isinstance(event, _Failure):
+                    event = {"error": event.exc.to_dict()}
+                yield json.dumps(event).encode() + b"\n"
+                event = await self.next()
+        finally:
+            self.gone.set()
 
 
 def ndjson_events(run: RunFn,
                   slot: AbstractContextManager[Any] | None = None) -> AsyncIterator[bytes]:
     """NDJSON lines: ``{"stdout": ...}`` / ``{"stderr": ...}`` while ``run`` goes, then
-    ``{"result": {...}}`` or ``{"error": {code, message, details}}``.
+    ``{"result": {...}}`` or ``{"error": {code, message, details}}``."""
 
-    The worker blocks when the client reads slowly (a bounded queue), so output is never
-    piled up in the gateway; once the client is gone, output is dropped and the command
-    runs to its end (or its timeout). ``slot`` (a quota) is held until then.
-    """
-    events: queue.Queue[Any] = queue.Queue(maxsize=256)
-    gone = threading.Event()
+    def work(emit: Emit) -> dict[str, Any]:
+        result = run(lambda t: emit({"stdout": t}), lambda t: emit({"stderr": t}))
+        return {"result": result.model_dump()}
 
-    def put(event: Any) -> None:
-        while not gone.is_set():
+    return _Pump(work, slot).lines()
+
+
+async def ndjson_response(work: WorkFn, slot: AbstractContextManager[Any] | None = None
+                          ) -> StreamingResponse | JSONResponse:
+    """An NDJSON stream of ``work``'s events, its status held back until the first event:
+    a failure before any output (bad argument, unknown context...) answers with its own
+    HTTP status and error body; a later one is an ``{"error": ...}`` event."""
+    pump = _Pump(work, slot)
+    first = await pump.next()
+    if isinstance(first, _Failure):
+        pump.gone.set()
+        return sandbox_error_response(first.exc)
+    return StreamingResponse(pump.lines(first), media_type=NDJSON,
+                             headers={"X-Accel-Buffering": "no"})
+
+
+def request_chunks(body: AsyncIterator[bytes], batch: int = 1 << 20) -> Iterator[bytes]:
+    """An ASGI request body as a blocking iterator, pulled from a worker thread (started by
+    anyio.to_thread): a 1 GiB upload is never held whole. The server's small body pieces
+    (~64 KiB) are joined up to ``batch`` bytes per hop to the event loop, which makes the
+    hops (not the bytes) cheap enough to not be the bottleneck."""
+    ended = False
+
+    async def pull() -> bytes:
+        nonlocal ended
+        parts: list[bytes] = []
+        size = 0
+        while size < batch:
             try:
-                events.put(event, timeout=0.5)
-                return
-            except queue.Full:
-                continue
+                chunk = await body.__anext__()
+            except StopAsyncIteration:
+                ended = True
+                break
+            parts.append(chunk)
+            size += len(chunk)
+        return b"".join(parts)
 
-    def work() -> None:
-        try:
-            result = run(lambda t: put({"stdout": t}), lambda t: put({"stderr": t}))
-            put({"result": result.model_dump()})
-        except SandboxError as exc:
-            put({"error": exc.to_dict()})
-        except Exception as exc:  # noqa: BLE001 - becomes an error event, not a hang
-            log.exception("streamed command failed")
-            put({"error": {"code": "internal", "message": f"internal error: "
-                                                          f"{type(exc).__name__}",
-                           "details": {}}})
-        finally:
-            if slot is not None:
-                slot.__exit__(None, None, None)
-            put(_DONE)
-
-    threading.Thread(target=work, name="abx-gw-stream", daemon=True).start()
-
-    async def lines() -> AsyncIterator[bytes]:
-        try:
-            while True:
-                event = await anyio.to_thread.run_sync(events.get)
-                if event is _DONE:
-                    return
-                yield json.dumps(event).encode() + b"\n"
-        finally:
-            gone.set()
-
-    return lines()
-
-
-def request_chunks(body: AsyncIterator[bytes]) -> Iterator[bytes]:
-    """An ASGI request body as a blocking iterator, pulled chunk by chunk from a worker
-    thread (started by anyio.to_thread): a 1 GiB upload is never held whole."""
-    while True:
-        try:
-            chunk = anyio.from_thread.run(body.__anext__)
-        except StopAsyncIteration:
-            return
+    while not ended:
+        chunk = anyio.from_thread.run(pull)
         if chunk:
             yield chunk

@@ -7,8 +7,5 @@ import pytest
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _code_template() -> None:
-    from agent_sandbox.providers.local import local_provider
-    from agent_sandbox.runtime import code_template
-
-    code_template.ensure(local_provider().templates)
+def _code_template(code_template: str) -> None:
+    """Built by the shared session fixture."""

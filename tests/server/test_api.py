@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from _gw import Gateway
 
@@ -71,18 +72,53 @@ def test_openapi_document(gw: Gateway) -> None:
         assert path in spec["paths"]
 
 
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-z_]+="[^"\\]*",?)*\})? '
+                     r"([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|Inf|NaN))$")
+
+
+def _samples(text: str) -> dict[str, float]:
+    """Prometheus text format, checked line by line: every sample is well formed and
+    belongs to a family declared (HELP and TYPE) before it. Returns {series: value}."""
+    declared: dict[str, set[str]] = {}
+    samples: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("# "):
+            kind, family = line.split()[1:3]
+            declared.setdefault(family, set()).add(kind)
+            continue
+        match = _SAMPLE.match(line)
+        assert match, f"not a Prometheus sample: {line!r}"
+        name = match.group(1)
+        family = re.sub(r"_(bucket|sum|count)$", "", name) if name not in declared else name
+        assert declared.get(family) == {"HELP", "TYPE"}, f"undeclared family: {line!r}"
+        samples[name + (match.group(2) or "")] = float(match.group(3))
+    return samples
+
+
 def test_metrics_for_admin_only(gw: Gateway, sandbox_a: str) -> None:
-    gw.provider("a").run(sandbox_a, "true")
-    with gw.http("admin") as http:
-        r = http.get("/metrics")
+    provider = gw.provider("a")
+    provider.run(sandbox_a, "true")
+    paused = provider.create().sandbox_id
+    provider.pause(paused)
+    try:
+        with gw.http("admin") as http:
+            r = http.get("/metrics")
+    finally:
+        provider.kill(paused, delete_volume=True)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
-    text = r.text
-    running = [line for line in text.splitlines()
-               if line.startswith('abx_sandboxes{state="running"}')]
-    assert running and int(running[0].split()[-1]) >= 1
-    assert ('abx_http_requests_total{method="POST",route="/v1/sandboxes/{sandbox_id}/commands",'
-            'status="200"}') in text
-    assert "abx_http_request_duration_seconds_bucket{" in text and 'le="+Inf"' in text
+    samples = _samples(r.text)
+    assert samples['abx_sandboxes{state="running"}'] >= 1
+    assert samples['abx_sandboxes{state="paused"}'] >= 1
+    route = 'method="POST",route="/v1/sandboxes/{sandbox_id}/commands"'
+    ran = sum(v for k, v in samples.items()
+              if k.startswith(f"abx_http_requests_total{{{route},status="))
+    assert samples[f'abx_http_requests_total{{{route},status="200"}}'] >= 1
+    # The latency histogram counts the same requests: cumulative buckets ending at +Inf.
+    buckets = [v for k, v in samples.items()
+               if k.startswith(f"abx_http_request_duration_seconds_bucket{{{route},")]
+    assert buckets == sorted(buckets) and len(buckets) > 1
+    assert buckets[-1] == samples[f"abx_http_request_duration_seconds_count{{{route}}}"] == ran
+    assert samples[f"abx_http_request_duration_seconds_sum{{{route}}}"] > 0
     with gw.http("a") as http:
         assert http.get("/metrics").status_code == 404
     with gw.http() as http:

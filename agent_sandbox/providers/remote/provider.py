@@ -7,28 +7,35 @@ behaves the same against either.
 from __future__ import annotations
 
 import base64
+import re
 import signal
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 from urllib.parse import quote
 
 import httpx2 as httpx
 
-from agent_sandbox.errors import SandboxError, error_from_code
+from agent_sandbox.errors import InvalidArgumentError, SandboxError, error_from_code
 from agent_sandbox.models import (
+    CodeContext,
     CommandResult,
     EntryInfo,
+    Execution,
     ProcessInfo,
     ProcessOutput,
+    Result,
     SandboxInfo,
     TemplateInfo,
     VolumeInfo,
 )
-from agent_sandbox.providers.base import OutputCallback
+from agent_sandbox.providers.base import OutputCallback, ResultCallback
 from agent_sandbox.providers.remote.transport import Transport, iter_bytes
 from agent_sandbox.runtime import validate
 
 _CHUNK = 1 << 20
+# The engine's rule for context ids: checked here too, as an id with a "/" would be a
+# different URL (a 404) where the engine says "invalid".
+_CONTEXT_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
 
 
 def _stdin_fields(data: str | bytes | None, key: str = "stdin") -> dict[str, Any]:
@@ -55,6 +62,16 @@ def _body_chunks(data: bytes | str | Iterable[bytes] | IO[bytes]) -> bytes | Ite
 
         return from_file()
     return (bytes(c) for c in data)  # type: ignore[union-attr]
+
+
+def _context_id(context: str | CodeContext | None, *, allow_none: bool) -> str | None:
+    if isinstance(context, CodeContext):
+        context = context.id
+    if context is None:
+        return None if allow_none else "default"
+    if not isinstance(context, str) or not _CONTEXT_RE.match(context):
+        raise InvalidArgumentError(f"invalid code context id {context!r}")
+    return context
 
 
 class RemoteProvider:
@@ -119,27 +136,36 @@ class RemoteProvider:
                    params={"delete_volumes": "true" if delete_volume else "false"})
 
     # commands ---------------------------------------------------------------------------
-    def _streamed(self, url: str, body: dict[str, Any], on_stdout: OutputCallback | None,
-                  on_stderr: OutputCallback | None) -> CommandResult:
-        """NDJSON: output events as they happen, then one result (or error) event."""
+    def _events(self, url: str, body: dict[str, Any], last: str,
+                on_event: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        """NDJSON: events as they happen (to ``on_event``), then the ``last`` one (or an
+        error event, raised as its exception class)."""
         outcome: dict[str, Any] = {}
 
+        def each(event: dict[str, Any]) -> None:
+            if last in event or "error" in event:
+                outcome.update(event)
+            else:
+                on_event(event)
+
+        self._http.ndjson("POST", url, each, json={**body, "stream": True})
+        if "error" in outcome:
+            err = outcome["error"]
+            raise error_from_code(err.get("code", "internal"), err.get("message", ""),
+                                  err.get("details"))
+        if last not in outcome:
+            raise SandboxError(f"the gateway ended the stream without a {last} event")
+        return outcome[last]
+
+    def _streamed(self, url: str, body: dict[str, Any], on_stdout: OutputCallback | None,
+                  on_stderr: OutputCallback | None) -> CommandResult:
         def on_event(event: dict[str, Any]) -> None:
             if "stdout" in event and on_stdout:
                 on_stdout(event["stdout"])
             elif "stderr" in event and on_stderr:
                 on_stderr(event["stderr"])
-            elif "result" in event or "error" in event:
-                outcome.update(event)
 
-        self._http.ndjson("POST", url, on_event, json={**body, "stream": True})
-        if "error" in outcome:
-            err = outcome["error"]
-            raise error_from_code(err.get("code", "internal"), err.get("message", ""),
-                                  err.get("details"))
-        if "result" not in outcome:
-            raise SandboxError("the gateway ended the output stream without a result")
-        return CommandResult(**outcome["result"])
+        return CommandResult(**self._events(url, body, "result", on_event))
 
     def run(self, sandbox_id: str, cmd: str, cwd: str | None = None,
             envs: dict[str, str] | None = None, timeout: float | None = None,
@@ -193,6 +219,52 @@ class RemoteProvider:
             raise error_from_code("not_found", f"no custom command {name!r}")
         url = self._sb(sandbox_id, f"/custom/{quote(name, safe='')}")
         return CommandResult(**self._call("POST", url, json={"args": args}, replayable=False))
+
+    # code interpreter -------------------------------------------------------------------
+    def run_code(self, sandbox_id: str, code: str, language: str = "python",
+                 timeout: float | None = 60, context: str | CodeContext | None = None,
+                 on_stdout: OutputCallback | None = None,
+                 on_stderr: OutputCallback | None = None,
+                 on_result: ResultCallback | None = None) -> Execution:
+        if not isinstance(code, str):
+            raise InvalidArgumentError("code must be a string")
+        url = self._sb(sandbox_id, "/code")
+        body = {"code": code, "language": language, "timeout": timeout,
+                "context": _context_id(context, allow_none=True)}
+        if not (on_stdout or on_stderr or on_result):
+            return Execution(**self._call("POST", url, json=body, replayable=False))
+        results: list[Result] = []
+
+        def on_event(event: dict[str, Any]) -> None:
+            if "stdout" in event and on_stdout:
+                on_stdout(event["stdout"])
+            elif "stderr" in event and on_stderr:
+                on_stderr(event["stderr"])
+            elif "result" in event:
+                result = Result(**event["result"])
+                results.append(result)
+                if on_result:
+                    on_result(result)
+
+        summary = Execution(**self._events(url, body, "execution", on_event))
+        summary.results = results  # sent as events, not again in the summary
+        return summary
+
+    def create_code_context(self, sandbox_id: str, cwd: str | None = None,
+                            language: str = "python") -> CodeContext:
+        return CodeContext(**self._call("POST", self._sb(sandbox_id, "/code/contexts"),
+                                        json={"cwd": cwd, "language": language},
+                                        replayable=False))
+
+    def restart_code_context(self, sandbox_id: str,
+                             context: str | CodeContext | None = None) -> None:
+        ctx = _context_id(context, allow_none=False)
+        self._call("POST", self._sb(sandbox_id, f"/code/contexts/{ctx}/restart"),
+                   replayable=False)
+
+    def list_code_contexts(self, sandbox_id: str) -> list[CodeContext]:
+        return [CodeContext(**c) for c in self._call("GET", self._sb(sandbox_id,
+                                                                     "/code/contexts"))]
 
     # files ------------------------------------------------------------------------------
     def read_file(self, sandbox_id: str, path: str, offset: int = 0,
