@@ -67,6 +67,13 @@ class RuntimeUnavailableError(SandboxError):
     http_status = 503
 
 
+class PermissionDeniedError(SandboxError):
+    """The caller may not use this service at all (the daemon refused this local user)."""
+
+    code = "permission_denied"
+    http_status = 403
+
+
 _BY_CODE: dict[str, type[SandboxError]] = {
     cls.code: cls
     for cls in (
@@ -77,6 +84,7 @@ _BY_CODE: dict[str, type[SandboxError]] = {
         SandboxTimeoutError,
         ResourceExhaustedError,
         RuntimeUnavailableError,
+        PermissionDeniedError,
     )
 }
 

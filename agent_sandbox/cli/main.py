@@ -62,4 +62,15 @@ def _register_rest() -> None:
     app.command(epilog="Example: abx doctor --json")(doctor.doctor)
 
 
+def _register_gateway() -> None:
+    from agent_sandbox.cli import daemon_cmd, keys_cmd, serve_cmd
+
+    app.command(epilog="Examples:\n\n  abx serve --port 8080\n\n"
+                       "  abx serve --host 0.0.0.0 --api-keys-file /etc/abx/keys.db\n\n"
+                       "  sudo abx serve --unix /run/abx/abx.sock")(serve_cmd.serve)
+    app.add_typer(keys_cmd.app, name="keys")
+    app.add_typer(daemon_cmd.app, name="daemon")
+
+
 _register_rest()
+_register_gateway()

@@ -3,6 +3,11 @@
 Keys are looked up on every request (one indexed SQLite read), so a key revoked with
 ``keys revoke`` in another process fails on its very next request. While no key was ever
 created, a loopback-only gateway runs open: every caller is an anonymous admin.
+
+Over the daemon's unix socket there are no keys: the peer's credentials (``SO_PEERCRED``,
+see ``peercred``) are the identity. Each local user is a tenant of its own, shaped like a
+key (id ``uid-<uid>``, the default quotas) so that ownership and quotas work unchanged;
+root is that tenant with the admin flag.
 """
 
 from __future__ import annotations
@@ -14,13 +19,15 @@ from fastapi import Request
 from agent_sandbox.errors import NotFoundError
 from agent_sandbox.providers.remote.errors import UnauthenticatedError
 from agent_sandbox.runtime import validate
-from agent_sandbox.server.keys import ApiKey, KeyStore
+from agent_sandbox.server.keys import DEFAULT_MAX_COMMANDS, DEFAULT_MAX_SANDBOXES, ApiKey, KeyStore
+from agent_sandbox.server.peercred import PeerCred, peer_of
 from agent_sandbox.server.state import GatewayState
 
 
 @dataclass(frozen=True)
 class Principal:
     key: ApiKey | None  # None: an open (keyless, loopback) gateway
+    peer: PeerCred | None = None  # set: a local user over the daemon's unix socket
 
     @property
     def owner(self) -> str:
@@ -50,8 +57,19 @@ def authenticate(keys: KeyStore, token: str | None) -> Principal:
     return Principal(key)
 
 
+def local_user(peer: PeerCred) -> Principal:
+    """A local user of the daemon as a tenant: its uid is its identity, root is admin."""
+    tenant = ApiKey(id=f"uid-{peer.uid}", name=peer.user, admin=peer.uid == 0, created_at=0.0,
+                    revoked_at=None, max_sandboxes=DEFAULT_MAX_SANDBOXES,
+                    max_commands=DEFAULT_MAX_COMMANDS)
+    return Principal(tenant, peer)
+
+
 def principal(request: Request) -> Principal:
     """FastAPI dependency (sync: the key lookup is a blocking SQLite read)."""
+    peer = peer_of(request.scope)
+    if peer is not None:  # the unix socket: PeerGuard already let only allowed peers in
+        return local_user(peer)
     state: GatewayState = request.app.state.gateway
     return authenticate(state.keys, _token(request))
 

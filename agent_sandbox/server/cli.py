@@ -42,6 +42,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--port", type=int, default=8080)
     run.add_argument("--api-keys-file", default=None,
                      help="key database (default: $ABX_DATA_DIR/gateway-keys.db)")
+    run.add_argument("--unix", default=None, metavar="PATH",
+                     help="be the shared daemon on this unix socket instead of TCP "
+                          "(peer credentials, no keys)")
+    run.add_argument("--group", default="abx", help="the unix socket's group (default abx)")
     run.add_argument("--log-level", default="warning")
     keys = sub.add_parser("keys", help="manage API keys").add_subparsers(dest="action",
                                                                         required=True)
@@ -62,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "serve":
-            serve(args.host, args.port, args.api_keys_file, args.log_level)
+            serve(args.host, args.port, args.api_keys_file, args.log_level, unix=args.unix,
+                  group=args.group)
         elif args.action == "create":
             out = keys_create(args.name, admin=args.admin, max_sandboxes=args.max_sandboxes,
                               max_commands=args.max_commands, api_keys_file=args.api_keys_file)

@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import socket
+import sys
 from pathlib import Path
 
 from agent_sandbox.errors import InvalidArgumentError
+from agent_sandbox.netutil import is_loopback
 from agent_sandbox.server.keys import KeyStore
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        try:
-            return all(ipaddress.ip_address(info[4][0]).is_loopback
-                       for info in socket.getaddrinfo(host, None))
-        except OSError:
-            return False
 
 
 def check_bind(host: str, keys: KeyStore) -> None:
@@ -29,14 +16,24 @@ def check_bind(host: str, keys: KeyStore) -> None:
     if not is_loopback(host) and keys.live_keys() == 0:
         raise InvalidArgumentError(
             f"refusing to listen on {host}: no API key exists, so anyone who can reach it "
-            "could run commands. Create one first (python -m agent_sandbox.server keys "
-            "create --name NAME) or listen on 127.0.0.1")
+            "could run commands. Create one first (abx keys create --name NAME) or listen "
+            "on 127.0.0.1")
 
 
 def serve(host: str = "127.0.0.1", port: int = 8080, api_keys_file: str | Path | None = None,
-          log_level: str = "warning") -> None:
-    """Run the gateway until interrupted (what ``abx serve`` calls)."""
+          log_level: str = "warning", *, unix: str | Path | None = None,
+          group: str = "abx") -> None:
+    """Run the gateway until interrupted (what ``abx serve`` calls).
+
+    With ``unix`` it is the shared daemon instead: a unix socket of ``group``, local users
+    identified by their peer credentials, no API keys (see ``unix.serve_unix``)."""
     import uvicorn
+
+    if unix is not None:
+        from agent_sandbox.server.unix import serve_unix
+
+        serve_unix(unix, group=group, api_keys_file=api_keys_file, log_level=log_level)
+        return
 
     from agent_sandbox.server.app import create_app
 
@@ -45,5 +42,6 @@ def serve(host: str = "127.0.0.1", port: int = 8080, api_keys_file: str | Path |
         os.environ["ABX_GATEWAY_KEYS_FILE"] = str(api_keys_file)
     keys = KeyStore(api_keys_file)
     check_bind(host, keys)
+    print(f"abx gateway: serving on http://{host}:{port} (Ctrl-C stops it)", file=sys.stderr)
     uvicorn.run(create_app(keys=keys), host=host, port=port, log_level=log_level,
                 timeout_keep_alive=30)

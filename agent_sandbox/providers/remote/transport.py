@@ -3,10 +3,16 @@
 Connection errors are retried for a while (the gateway may be restarting); a request is
 re-sent only when that is safe: it is idempotent, or the connection failed before any of
 it was sent.
+
+``unix:///run/abx/abx.sock`` (an absolute path after ``unix://``) reaches the local abx
+daemon over its unix socket instead of TCP; the daemon knows the caller from the socket's
+peer credentials, so no key is sent. A socket the caller may not open fails at once with
+what to do about it, instead of being retried.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
@@ -15,13 +21,42 @@ from typing import Any
 
 import httpx2 as httpx
 
-from agent_sandbox.errors import SandboxError
+from agent_sandbox.errors import PermissionDeniedError, SandboxError
 from agent_sandbox.providers.remote.errors import decode_error
 
 _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 # Before a byte is sent: safe to retry whatever the method.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 _RETRY_SECONDS = float(os.environ.get("ABX_SANDBOX_RETRY_SECONDS", "30"))
+UNIX_SCHEME = "unix://"
+_LIMITS = httpx.Limits(max_connections=200, max_keepalive_connections=50)
+
+
+def _decode(status: int, body: bytes, retry_after: str | None) -> SandboxError:
+    exc = decode_error(status, body, retry_after)
+    if status == 403 and not isinstance(exc, PermissionDeniedError):
+        return PermissionDeniedError(exc.message, details=exc.details)
+    return exc
+
+
+def unix_socket_path(base_url: str) -> str | None:
+    """The socket path of a ``unix:///path`` base URL, or None for an http(s) URL."""
+    if not base_url.startswith(UNIX_SCHEME):
+        return None
+    path = base_url[len(UNIX_SCHEME):]
+    if not path.startswith("/"):
+        raise SandboxError(f"a unix socket URL needs an absolute path: unix:///run/abx/abx.sock, "
+                           f"not {base_url!r}")
+    return path.rstrip("/") or "/"
+
+
+def _errno_of(exc: BaseException) -> int | None:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno is not None:
+            return seen.errno
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 class Transport:
@@ -29,15 +64,23 @@ class Transport:
                  retry_seconds: float = _RETRY_SECONDS,
                  transport: httpx.BaseTransport | None = None) -> None:
         headers = {"User-Agent": "agent-sandbox-remote/0.1"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
+        self.socket_path = unix_socket_path(base_url)
+        if self.socket_path is not None:
+            if transport is None:
+                transport = httpx.HTTPTransport(uds=self.socket_path, limits=_LIMITS)
+            base_url = "http://abx-daemon"
+            self.where = f"the abx daemon at {self.socket_path}"
+        else:
+            self.where = f"the sandbox gateway at {base_url.rstrip('/')}"
+            if api_key:
+                headers["Authorization"] = f"Bearer {api_key}"
         self.retry_seconds = retry_seconds
         # No read timeout: a command may legitimately run for its whole timeout; a dead
         # gateway shows up as a connection error, not silence.
         self.client = httpx.Client(
             base_url=base_url.rstrip("/"), headers=headers, transport=transport,
             timeout=httpx.Timeout(connect=10.0, read=None, write=60.0, pool=60.0),
-            limits=httpx.Limits(max_connections=200, max_keepalive_connections=50))
+            limits=_LIMITS)
 
     def close(self) -> None:
         self.client.close()
@@ -51,21 +94,30 @@ class Transport:
                 request = self.client.build_request(method, url, **kw)
                 return self.client.send(request, stream=stream)
             except httpx.TransportError as exc:
+                if self.socket_path is not None and _errno_of(exc) == errno.EACCES:
+                    raise self._denied() from exc
                 safe = isinstance(exc, _NOT_SENT) or method in _IDEMPOTENT
                 if not (safe and replayable) or time.monotonic() + delay > deadline:
-                    raise SandboxError(f"cannot reach the sandbox gateway at "
-                                       f"{self.client.base_url}: {exc!r}",
+                    raise SandboxError(f"cannot reach {self.where}: {exc!r}",
                                        details={"retryable": safe}) from exc
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
+
+    def _denied(self) -> SandboxError:
+        return PermissionDeniedError(
+            f"permission denied connecting to {self.where}: only root and members of its "
+            "group (abx) may use it. Ask an administrator to run `sudo usermod -aG abx "
+            "$USER`, then log in again; or run sandboxes without the daemon (`abx doctor` "
+            "shows what works here)",
+            details={"socket": self.socket_path, "retryable": False})
 
     def request(self, method: str, url: str, *, replayable: bool = True,
                 **kw: Any) -> Any:
         """A JSON call: the decoded body (None for 204), or the error it stands for."""
         response = self._send(method, url, stream=False, replayable=replayable, **kw)
         if response.status_code >= 400:
-            raise decode_error(response.status_code, response.content,
-                               response.headers.get("retry-after"))
+            raise _decode(response.status_code, response.content,
+                          response.headers.get("retry-after"))
         if response.status_code == 204 or not response.content:
             return None
         return response.json()
@@ -79,7 +131,7 @@ class Transport:
                 body = response.read()
             finally:
                 response.close()
-            raise decode_error(response.status_code, body, response.headers.get("retry-after"))
+            raise _decode(response.status_code, body, response.headers.get("retry-after"))
         return response
 
     def ndjson(self, method: str, url: str, on_event: Callable[[dict[str, Any]], None],

@@ -1,0 +1,168 @@
+"""Which engine this process uses, and why: the decision behind ``default_provider()``.
+
+``ABX_ENGINE=embedded|rootless|daemon|remote`` forces one. Otherwise, in order:
+
+1. ``ABX_SANDBOX_BASE_URL`` set → ``remote`` (a gateway; ``unix:///path`` is a daemon socket);
+2. root → ``embedded`` (the engine in this process);
+3. a reachable daemon socket (``ABX_DAEMON_SOCKET``, default ``/run/abx/abx.sock``;
+   reachable = ``connect()`` succeeds) → ``daemon``;
+4. unprivileged user namespaces work (``unshare --user --map-root-user true``) → ``rootless``
+   (the engine in this process, as this user);
+5. nothing → an error naming the fixes.
+
+``choose_engine()`` never raises: ``abx doctor`` shows its ``kind``, ``reason`` and ``error``.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import shutil
+import socket
+import subprocess
+from dataclasses import asdict, dataclass
+from typing import Any
+
+DEFAULT_DAEMON_SOCKET = "/run/abx/abx.sock"
+KINDS = ("embedded", "rootless", "daemon", "remote")
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """``kind`` is one of KINDS, or None when nothing works (then ``error`` says why)."""
+
+    kind: str | None
+    reason: str
+    forced: bool = False
+    # remote: the base URL; daemon: the socket path
+    target: str | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def daemon_socket() -> str:
+    return os.environ.get("ABX_DAEMON_SOCKET", "").strip() or DEFAULT_DAEMON_SOCKET
+
+
+def probe_daemon(path: str, timeout: float = 1.0) -> str | None:
+    """None when a daemon accepts connections at ``path``; otherwise what went wrong."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(path)
+        except FileNotFoundError:
+            return f"no daemon socket at {path}"
+        except PermissionError:
+            return (f"the daemon socket {path} exists but this user may not open it (not in "
+                    "group abx)")
+        except OSError as exc:
+            if exc.errno == errno.ECONNREFUSED:
+                return f"nothing listens on {path} (the daemon is not running)"
+            return f"cannot connect to {path}: {exc.strerror or exc}"
+    return None
+
+
+def daemon_reachable(path: str | None = None) -> bool:
+    return probe_daemon(path or daemon_socket()) is None
+
+
+@functools.lru_cache(maxsize=1)
+def _userns_probe() -> str | None:
+    unshare = shutil.which("unshare") or "/usr/bin/unshare"
+    if not os.path.exists(unshare):
+        return "unshare (util-linux) is not installed, so user namespaces cannot be checked"
+    try:
+        proc = subprocess.run([unshare, "--user", "--map-root-user", "true"],
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unshare --user failed: {exc}"
+    if proc.returncode != 0:
+        return ("unprivileged user namespaces are disabled here "
+                f"({proc.stderr.strip() or 'unshare --user failed'})")
+    return None
+
+
+def userns_problem() -> str | None:
+    """None when this user can create a user namespace (probed once per process)."""
+    return _userns_probe()
+
+
+def userns_works() -> bool:
+    return userns_problem() is None
+
+
+def _fix(daemon_note: str, userns_note: str) -> str:
+    return (f"no sandbox engine is usable by this user: {daemon_note}; {userns_note}. "
+            "Fix one of: ask an administrator to install the shared daemon "
+            "(`sudo abx daemon install`) and add you to group abx (`sudo usermod -aG abx "
+            "$USER`, then log in again); or enable unprivileged user namespaces (`sudo "
+            "sysctl -w kernel.unprivileged_userns_clone=1 user.max_user_namespaces=15000`); "
+            "or run as root. `abx doctor` checks each of these.")
+
+
+def _forced(kind: str) -> EngineChoice:
+    root = os.geteuid() == 0
+    if kind == "embedded":
+        if not root:
+            return EngineChoice(None, "ABX_ENGINE=embedded", True, error=(
+                "ABX_ENGINE=embedded needs root (the embedded engine mounts overlays and runs "
+                "runc as root); as this user use ABX_ENGINE=rootless or ABX_ENGINE=daemon, "
+                "or unset ABX_ENGINE to choose automatically (`abx doctor` shows which works)"))
+        return EngineChoice("embedded", "ABX_ENGINE=embedded", True)
+    if kind == "rootless":
+        if root:
+            return EngineChoice(None, "ABX_ENGINE=rootless", True, error=(
+                "ABX_ENGINE=rootless is for ordinary users; as root use the embedded engine "
+                "(unset ABX_ENGINE or set ABX_ENGINE=embedded)"))
+        problem = userns_problem()
+        if problem:
+            return EngineChoice(None, "ABX_ENGINE=rootless", True, error=(
+                f"ABX_ENGINE=rootless cannot work: {problem}. Enable them (`sudo sysctl -w "
+                "kernel.unprivileged_userns_clone=1 user.max_user_namespaces=15000`) or use "
+                "the shared daemon (ABX_ENGINE=daemon, `sudo abx daemon install`); see "
+                "`abx doctor`"))
+        return EngineChoice("rootless", "ABX_ENGINE=rootless", True)
+    if kind == "daemon":
+        path = daemon_socket()
+        problem = probe_daemon(path)
+        if problem:
+            return EngineChoice(None, "ABX_ENGINE=daemon", True, target=path, error=(
+                f"ABX_ENGINE=daemon but {problem}. Start the daemon (`sudo abx daemon "
+                "install`, or `sudo abx serve --unix " + path + "`), make sure you are in "
+                "group abx (`sudo usermod -aG abx $USER`, then log in again), or point "
+                "ABX_DAEMON_SOCKET at its socket; `abx doctor` shows the state"))
+        return EngineChoice("daemon", "ABX_ENGINE=daemon", True, target=path)
+    base_url = os.environ.get("ABX_SANDBOX_BASE_URL", "").strip()
+    if not base_url:
+        return EngineChoice(None, "ABX_ENGINE=remote", True, error=(
+            "ABX_ENGINE=remote needs ABX_SANDBOX_BASE_URL (and ABX_SANDBOX_API_KEY)"))
+    return EngineChoice("remote", "ABX_ENGINE=remote", True, target=base_url)
+
+
+def choose_engine() -> EngineChoice:
+    """The engine this process would use now (probes; never raises)."""
+    forced = os.environ.get("ABX_ENGINE", "").strip().lower()
+    if forced and forced != "auto":
+        if forced not in KINDS:
+            return EngineChoice(None, f"ABX_ENGINE={forced}", True, error=(
+                f"ABX_ENGINE={forced!r} is not one of embedded, rootless, daemon, remote "
+                "(or auto)"))
+        return _forced(forced)
+    base_url = os.environ.get("ABX_SANDBOX_BASE_URL", "").strip()
+    if base_url:
+        return EngineChoice("remote", "ABX_SANDBOX_BASE_URL is set", target=base_url)
+    if os.geteuid() == 0:
+        return EngineChoice("embedded", "running as root")
+    path = daemon_socket()
+    daemon_note = probe_daemon(path)
+    if daemon_note is None:
+        return EngineChoice("daemon", f"not root; the abx daemon answers at {path}",
+                            target=path)
+    userns_note = userns_problem()
+    if userns_note is None:
+        return EngineChoice("rootless", f"not root; {daemon_note}; unprivileged user "
+                            "namespaces work")
+    return EngineChoice(None, "not root", error=_fix(daemon_note, userns_note))
