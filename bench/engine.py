@@ -5,7 +5,9 @@ Run by hand, as root, from the repository root::
     .venv/bin/python bench/engine.py [--sandboxes 200] [--iterations 50] [--json]
 
 Everything is measured in one run against a private data dir under /var/tmp (removed at
-the end, also on Ctrl-C). Progress goes to stderr; the results table (or, with ``--json``,
+the end, also on Ctrl-C). The rootless engine's create/exec figures come from the same
+script run as a temporary unprivileged user (made with useradd, removed at the end; skip
+with ``--no-rootless``). Progress goes to stderr; the results table (or, with ``--json``,
 one JSON object) to stdout.
 """
 
@@ -72,6 +74,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-install", action="store_true",
                    help="do not apt-get install missing peers (bubblewrap, podman, busybox)")
     p.add_argument("--json", action="store_true", help="print one JSON object, no table")
+    p.add_argument("--no-rootless", action="store_true",
+                   help="skip the rootless phase (create/exec as a temporary plain user)")
+    p.add_argument("--rootless-child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     for name in ("sandboxes", "iterations", "exec_runs"):
         if getattr(args, name) < 1:
@@ -293,7 +298,44 @@ class Bench:
         else:
             self.results["create_pooled"] = {"skipped": "the engine has no warm pool"}
         self.results["peers"] = measure_peers(self.args)
+        self.results["rootless"] = self.rootless()
         self.fleet()
+
+    def run_rootless_child(self) -> None:
+        """The rootless phase's own figures (this process is the unprivileged user)."""
+        progress(f"rootless: data dir {self.data_dir}")
+        self.default_engine()
+        self.warm_up()
+        self.results["create_cold"] = self.create_cycle("rootless", provider=None)
+        self.results["exec"] = self.exec_round_trips()
+
+    def rootless(self) -> dict[str, Any]:
+        """Create/exec as an ordinary user: this script again, as a user made for it."""
+        if self.args.no_rootless:
+            return {"skipped": "--no-rootless"}
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+        from localusers import LocalUsers  # the test suite's real-user helper
+
+        users = LocalUsers()
+        reason = users.missing()
+        if reason:
+            return {"skipped": reason}
+        progress("rootless: same create/exec cycle as a temporary unprivileged user")
+        try:
+            user = users.create()
+            argv = [sys.executable, str(Path(__file__).resolve()), "--rootless-child",
+                    "--json", "--iterations", str(self.args.iterations),
+                    "--exec-runs", str(self.args.exec_runs)]
+            proc = subprocess.Popen(user.argv(argv), env=user.env(), cwd=str(user.home),
+                                    stdout=subprocess.PIPE, text=True)
+            out, _ = proc.communicate(timeout=1800)  # its progress goes to our stderr
+        finally:
+            users.cleanup()
+        if proc.returncode != 0:
+            return {"skipped": f"the rootless run exited {proc.returncode}"}
+        child = json.loads(out)
+        return {"create_cold": child["create_cold"], "exec": child["exec"],
+                "engine": child.get("engine", {})}
 
     def warm_up(self) -> None:
         """First creates build the template views and the blank disk image: not timed."""
@@ -474,7 +516,12 @@ class Bench:
             if self.engine_started or (self.data_dir / "state.db").exists():
                 self._kill_everything()
             if self.args.data_dir is None:
-                shutil.rmtree(self.data_dir, ignore_errors=True)
+                from agent_sandbox.runtime import rootless
+
+                if os.geteuid():  # files of the sandboxes' subordinate ids are left
+                    rootless.remove_tree(self.data_dir)
+                else:
+                    shutil.rmtree(self.data_dir, ignore_errors=True)
         finally:
             signal.signal(signal.SIGINT, old)
 
@@ -575,6 +622,12 @@ def ratio_lines(r: dict[str, Any]) -> list[str]:
     exec_p50 = _num(_get(r, "exec", "p50"))
     cold = _num(_get(r, "create_cold", "cycle", "p50"))
     pooled = _num(_get(r, "create_pooled", "cycle", "p50"))
+    rl_create = _num(_get(r, "rootless", "create_cold", "create", "p50"))
+    rl_exec = _num(_get(r, "rootless", "exec", "p50"))
+    if not math.isnan(rl_create):
+        root_create = _num(_get(r, "create_cold", "create", "p50"))
+        lines.append(f"rootless create is {fmt_ratio(rl_create / root_create)} root's, "
+                     f"rootless exec {fmt_ratio(rl_exec / exec_p50)} root's")
     for peer, label in (("bwrap", "a bwrap one-shot"), ("podman", "a podman run --rm")):
         base = _num(_get(r, "peers", peer, "p50"))
         if math.isnan(base):
@@ -613,6 +666,7 @@ def render(r: dict[str, Any]) -> str:
                         fleet.get("exec_with_fleet"), TARGET_EXEC_P50_MS))
     rows += memory_rows(fleet, r["params"]["idle_s"])
     rows += density_rows(fleet, k)
+    rows += rootless_rows(r)
     rows.append(["peers (one-shot processes)"])
     rows.append(_ms_row("bwrap --unshare-all ... true", _get(r, "peers", "bwrap")))
     rows.append(_ms_row("podman run --rm (runc, busybox) true", _get(r, "peers", "podman")))
@@ -621,6 +675,22 @@ def render(r: dict[str, Any]) -> str:
     text += "\n\nratios (p50 / p50):\n" + "\n".join(f"  {x}" for x in ratio_lines(r))
     text += "\n\n" + footer(r)
     return text
+
+
+def rootless_rows(r: dict[str, Any]) -> list[list[str]]:
+    rl = r.get("rootless")
+    rows: list[list[str]] = [["rootless engine (a plain user, same cycle, next to root's)"]]
+    if not isinstance(rl, dict) or "create_cold" not in rl:
+        return rows + [_ms_row("rootless", rl)]
+    root_create = _num(_get(r, "create_cold", "create", "p50"))
+    root_exec = _num(_get(r, "exec", "p50"))
+    vs = [f"root: {fmt_ms(root_create)}", f"root: {fmt_ms(root_exec)}"]
+    rows.append(_ms_row("create, cold (rootless)", rl["create_cold"]["create"], None, vs[0]))
+    rows.append(_ms_row("first exec after create (rootless)", rl["create_cold"]["first_exec"]))
+    rows.append(_ms_row("kill (rootless, delete volume)", rl["create_cold"]["kill"]))
+    rows.append(_ms_row("create+exec+kill (rootless)", rl["create_cold"]["cycle"]))
+    rows.append(_ms_row("exec round trip (rootless)", rl["exec"], None, vs[1]))
+    return rows
 
 
 def memory_rows(fleet: dict[str, Any], idle: float) -> list[list[str]]:
@@ -703,15 +773,32 @@ def _as_json(value: Any) -> Any:
     return value
 
 
+def rootless_child(args: argparse.Namespace) -> int:
+    """``--rootless-child``: the rootless phase, run by the user the main run made."""
+    if os.geteuid() == 0:
+        print("--rootless-child runs as an unprivileged user", file=sys.stderr)
+        return 2
+    bench = Bench(args)
+    try:
+        bench.run_rootless_child()
+        bench.results["engine"] = bench.default_engine().engine_info()
+    finally:
+        bench.cleanup()
+    print(json.dumps(_as_json(bench.results)))
+    return 0
+
+
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.rootless_child:
+        return rootless_child(args)
     if os.geteuid() != 0:
-        print("bench/engine.py needs root (the engine mounts overlays and runs runc)",
-              file=sys.stderr)
+        print("bench/engine.py needs root (the engine mounts overlays and runs runc; it "
+              "runs the rootless phase as a user it makes)", file=sys.stderr)
         return 2
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _raise_interrupt)

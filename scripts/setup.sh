@@ -18,8 +18,11 @@ fi
 say() { printf '\033[1m==>\033[0m %s\n' "$*" >&2; }
 
 # System packages: the OCI runtime, ext4 tools for sandbox disks, user-mode networking,
-# the distro Python that the base template's guest agent runs on.
-packages=(runc e2fsprogs util-linux slirp4netns python3 python3-venv)
+# the distro Python that the base template's guest agent runs on, and newuidmap/newgidmap
+# (uidmap) so that ordinary users' rootless sandboxes get their /etc/subuid ranges.
+packages=(runc e2fsprogs util-linux slirp4netns python3 python3-venv uidmap)
+# The test suite also builds templates from a static busybox and from OCI images.
+[ "$job" = test ] && packages+=(busybox-static umoci skopeo)
 missing=()
 for pkg in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
@@ -42,6 +45,17 @@ if ! .venv/bin/python -c "import agent_sandbox" 2>/dev/null \
     .venv/bin/python -m pip install -q --upgrade pip
     .venv/bin/python -m pip install -q -e '.[test]'
     touch .venv/.installed
+fi
+
+# Keep the root engine's sandbox ids (100000+65536) out of the subordinate ranges that
+# useradd hands to new users (their rootless sandboxes would share host ids otherwise).
+.venv/bin/python -m agent_sandbox.runtime.subids
+
+# runc gives each container its own session keyring, charged to root: the default quota
+# (200 keys) would stop a host at ~200 sandboxes. Raised only, never lowered.
+if [ "$(cat /proc/sys/kernel/keys/root_maxkeys 2>/dev/null || echo 0)" -lt 100000 ]; then
+    sysctl -qw kernel.keys.root_maxkeys=100000 kernel.keys.root_maxbytes=25000000 \
+        || say "warning: could not raise kernel.keys.root_maxkeys (sandboxes cap near 200)"
 fi
 
 # The code-interpreter-v1 template (a Python environment with a Jupyter kernel), from the

@@ -33,10 +33,86 @@ def _read(path: str) -> str:
         return ""
 
 
+def _rootless() -> bool:
+    return os.geteuid() != 0
+
+
+def check_engine() -> Check:
+    """Which engine this process would use (``ABX_ENGINE``, the daemon, root or rootless)."""
+    from agent_sandbox.providers.engine_choice import choose_engine
+
+    choice = choose_engine()
+    if choice.kind is None:
+        return Check("engine", False, choice.error or choice.reason,
+                     "see docs/daemon.md (which engine a process uses)")
+    where = f" at {choice.target}" if choice.target else ""
+    return Check("engine", True, f"{choice.kind}{where} ({choice.reason})")
+
+
 def check_root() -> Check:
-    ok = os.geteuid() == 0
-    return Check("root", ok, "running as root" if ok else f"running as uid {os.geteuid()}",
-                 "" if ok else "run the engine as root: sudo abx ...")
+    """Which engine this user gets: root's, or the rootless one (user namespaces)."""
+    if not _rootless():
+        return Check("engine mode", True, "root engine (overlays and disks on the host, "
+                     "one shared id range)")
+    from agent_sandbox.runtime import rootless
+
+    problem = rootless.userns_problem()
+    if problem:
+        return Check("engine mode", False, f"uid {os.geteuid()}: the rootless engine cannot "
+                     f"run: {problem}", "enable unprivileged user namespaces, or run as root")
+    return Check("engine mode", True, f"rootless engine as uid {os.geteuid()} "
+                 f"({rootless.id_map().describe()})")
+
+
+def check_limits() -> Check:
+    """What each limit really is in this mode."""
+    if _rootless():
+        from agent_sandbox.runtime import rootless
+
+        text = "; ".join(f"{k}: {v}" for k, v in rootless.describe_limits().items())
+        delegated = rootless.delegated_cgroup() is not None
+        return Check("limits enforced", delegated, text,
+                     "" if delegated else "for totals per sandbox: cgroup v2 with systemd "
+                     "delegation (memory, pids, cpu), or run as root", required=False)
+    from agent_sandbox.runtime.engine import _enforced_limits
+
+    enforced = _enforced_limits()
+    missing = [k for k, on in enforced.items() if not on]
+    return Check("limits enforced", not missing,
+                 ", ".join(f"{k}: {'yes' if on else 'NO'}" for k, on in enforced.items()),
+                 "" if not missing else "see the cgroup controllers check", required=False)
+
+
+def check_subids() -> Check:
+    """The root engine's id range must be nobody's subordinate range."""
+    from agent_sandbox.runtime import subids
+    from agent_sandbox.runtime.config import HOST_ID_BASE, HOST_ID_COUNT
+
+    span = f"{HOST_ID_BASE}-{HOST_ID_BASE + HOST_ID_COUNT - 1}"
+    clash = [f"{path.name}: {entry}" for path in subids.FILES for entry in subids.overlaps(path)]
+    if clash:
+        return Check("subordinate ids", False, f"overlap the root engine's sandbox ids {span}: "
+                     f"{', '.join(clash)} (those users' containers share host ids with "
+                     "root-engine sandboxes)", "move those ranges: usermod --del-subuids/"
+                     "--add-subuids (and the subgid options)", required=False)
+    reserved = all(any(line.startswith(f"{subids.OWNER}:") for line in
+                       _read(str(path)).splitlines()) for path in subids.FILES)
+    if not reserved:
+        return Check("subordinate ids", False, f"{span} is not reserved in /etc/subuid and "
+                     "/etc/subgid: useradd may hand it to the next user",
+                     "as root: python -m agent_sandbox.runtime.subids", required=False)
+    return Check("subordinate ids", True, f"{span} reserved for {subids.OWNER}")
+
+
+def check_rootless_network() -> Check:
+    from agent_sandbox.runtime import rootless
+
+    problem = rootless.network_problem()
+    if problem:
+        return Check("rootless network", False, problem.split(" (")[0],
+                     problem.split("; ", 1)[-1] if "; " in problem else "", required=False)
+    return Check("rootless network", True, "slirp4netns and /dev/net/tun usable "
+                 "(only for --network)", required=False)
 
 
 def check_runtime() -> Check:
@@ -78,6 +154,16 @@ def check_overlay() -> Check:
 
 def check_cgroups() -> Check:
     root = Path("/sys/fs/cgroup")
+    if _rootless():
+        from agent_sandbox.runtime import rootless
+
+        cg = rootless.delegated_cgroup()
+        return Check("cgroup controllers", bool(cg), f"delegated to this user: {cg}" if cg else
+                     "none delegated to this user (cgroup v1/hybrid, or no systemd "
+                     "delegation): rlimits stand in", "" if cg else
+                     "boot with cgroup v2 (systemd.unified_cgroup_hierarchy=1) and log in "
+                     "through systemd (user@.service delegates memory, pids, cpu)",
+                     required=False)
     v2 = set(_read(str(root / "cgroup.controllers")).split())
     have = {c for c in CONTROLLERS if c in v2 or (root / c).is_dir()}  # v2, or v1 hierarchy
     missing = [c for c in CONTROLLERS if c not in have]
@@ -117,8 +203,10 @@ def check_data_dir() -> Check:
     path = default_data_dir()
     if path.exists():
         ok = os.access(path, os.W_OK | os.X_OK)
+        fix = f"chown root {path} && chmod 711 {path}" if not _rootless() else \
+            f"chown {os.geteuid()} {path} && chmod 700 {path}"
         return Check("data dir", ok, f"{path} ({'writable' if ok else 'not writable'})",
-                     "" if ok else f"chown root {path} && chmod 711 {path}")
+                     "" if ok else fix)
     parent = next((p for p in path.parents if p.exists()), Path("/"))
     ok = os.access(parent, os.W_OK)
     return Check("data dir", ok, f"{path} (created on first use)",
@@ -143,11 +231,16 @@ def check_templates() -> Check:
 
 
 def run_checks() -> list[Check]:
-    checks = [check_root(), check_runtime(), check_namespaces(), check_userns(),
-              check_overlay(), check_cgroups(), check_seccomp(),
-              check_tool("mkfs.ext4", "e2fsprogs", "sandbox disks", True),
-              check_tool("slirp4netns", "slirp4netns", "only for --network", False),
-              check_data_dir()]
+    rootless = _rootless()
+    checks = [check_engine(), check_root(), check_runtime(), check_namespaces(), check_userns(),
+              check_overlay(), check_cgroups(), check_limits(), check_subids(),
+              check_seccomp(),
+              check_tool("mkfs.ext4", "e2fsprogs", "sandbox disks", not rootless),
+              check_tool("slirp4netns", "slirp4netns", "only for --network", False)]
+    if rootless:
+        checks += [check_tool("newuidmap", "uidmap", "ids 1-65535 inside sandboxes", False),
+                   check_rootless_network()]
+    checks.append(check_data_dir())
     if all(c.ok for c in checks if c.required):
         checks.append(check_templates())
     return checks
@@ -155,8 +248,10 @@ def run_checks() -> list[Check]:
 
 def doctor(json_out: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
            = False) -> None:
-    """Check this host can run sandboxes: runc, namespaces, user namespaces, overlayfs, cgroup
-    controllers, seccomp, tools, the data dir and the templates. Prints the fix for each
+    """Check this host can run sandboxes: the engine mode (root, or rootless for other
+    users), runc, namespaces, user namespaces, overlayfs, cgroup controllers, which limits
+    are really enforced, reserved subordinate ids, seccomp, tools, the data dir and the
+    templates. Prints the fix for each
     failure; exits 1 when a required check fails."""
     checks = run_checks()
     failed = [c for c in checks if not c.ok and c.required]

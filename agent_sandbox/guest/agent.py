@@ -367,6 +367,20 @@ class ProcTable:
         self.procs: Dict[int, Proc] = {}
         self.finished: Deque[Proc] = deque()
         self.spawned = threading.Event()
+        # Paused by the engine (rootless: no freezer): every process but us is stopped,
+        # and nothing new may start until it thaws us.
+        self.paused = False
+        # Rootless without cgroups: the memory limit is an address-space rlimit on every
+        # process we start (not on us: our threads' malloc arenas alone would exceed a
+        # small one). Bound beforehand: the child of a threaded fork must not import.
+        self.child_limit: Optional[Callable[[], None]] = None
+        limit = os.environ.pop("ABX_GUEST_RLIMIT_AS", "")
+        if limit.isdigit():
+            import functools
+            import resource
+
+            self.child_limit = functools.partial(
+                resource.setrlimit, resource.RLIMIT_AS, (int(limit), int(limit)))
 
     def spawn(
         self,
@@ -386,6 +400,8 @@ class ProcTable:
         # the child is registered, so no "early exits" bookkeeping (or pid-reuse
         # confusion with reaped orphans) is needed.
         with self.lock:
+            if self.paused:
+                raise GuestError("wrong_state", "the sandbox is paused: resume it first")
             try:
                 popen = subprocess.Popen(
                     argv,
@@ -397,6 +413,7 @@ class ProcTable:
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                    preexec_fn=self.child_limit,
                 )
             except FileNotFoundError:
                 raise GuestError(
@@ -457,6 +474,44 @@ class ProcTable:
     def kill_all(self) -> None:
         for proc in self.list():
             proc.signal(signal.SIGKILL)
+
+    def set_paused(self, paused: bool) -> None:
+        """Stop (or continue) every process in the sandbox except this one: as pid 1,
+        kill(-1) reaches all of them and never ourselves."""
+        with self.lock:  # no spawn in flight
+            self.paused = paused
+            try:
+                os.kill(-1, signal.SIGSTOP if paused else signal.SIGCONT)
+            except OSError:
+                pass  # no other process
+            if paused:
+                _wait_stopped()
+
+
+def _wait_stopped(limit: float = 2.0) -> None:
+    """Return once every other process shows as stopped (a signal lands when its target
+    next runs); stragglers forked meanwhile are stopped too."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        running = []
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or name == "1":
+                continue
+            try:
+                with open(f"/proc/{name}/stat", "rb") as fh:
+                    state = fh.read().rsplit(b")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state not in (b"T", b"t", b"Z", b"X"):
+                running.append(int(name))
+        if not running:
+            return
+        for pid in running:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except OSError:
+                pass
+        time.sleep(0.001)
 
 
 # ---------------------------------------------------------------- connection handling
@@ -524,6 +579,8 @@ class Agent:
             "mkdir": self.op_mkdir,
             "remove": self.op_remove,
             "rename": self.op_rename,
+            "freeze": self.op_freeze,
+            "thaw": self.op_thaw,
         }
 
     # -- dispatch
@@ -584,6 +641,17 @@ class Agent:
     # -- processes
     def op_ping(self, conn: Conn, req: Req) -> None:
         conn.done(pid=os.getpid(), version=proto.VERSION, python="%d.%d.%d" % sys.version_info[:3])
+
+    def op_freeze(self, conn: Conn, req: Req) -> None:
+        if os.getpid() != 1:
+            raise GuestError("wrong_state", "freeze needs the guest to be pid 1 of its sandbox")
+        self.table.set_paused(True)
+        conn.done(paused=True)
+
+    def op_thaw(self, conn: Conn, req: Req) -> None:
+        if os.getpid() == 1:
+            self.table.set_paused(False)
+        conn.done(paused=False)
 
     def op_exec(self, conn: Conn, req: Req) -> None:
         argv = _str_list(req.get("argv"), "argv")

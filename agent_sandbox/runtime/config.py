@@ -51,7 +51,8 @@ class EngineConfig:
     # (default limits, no network, no volume) returns in milliseconds. Long-lived servers
     # turn it on; a one-off script should not leave warm sandboxes behind.
     pool_size: int = field(default_factory=lambda: int(os.environ.get("ABX_POOL_SIZE", "0")))
-    pool_templates: tuple[str, ...] = ("base",)
+    pool_templates: tuple[str, ...] = field(default_factory=lambda: tuple(
+        t.strip() for t in os.environ.get("ABX_POOL_TEMPLATES", "base").split(",") if t.strip()))
 
     @property
     def db_path(self) -> Path:

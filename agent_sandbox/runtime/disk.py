@@ -49,13 +49,18 @@ def _formatted_blank(cache_dir: Path, size_mb: int) -> Path:
     return blank
 
 
-def create_image(image: Path, size_mb: int, cache_dir: Path, reserve_mb: int) -> None:
-    free_mb = shutil.disk_usage(image.parent).free // (1024 * 1024)
+def check_free(folder: Path, reserve_mb: int) -> None:
+    """Refuse a new sandbox when the host filesystem is nearly full."""
+    free_mb = shutil.disk_usage(folder).free // (1024 * 1024)
     if free_mb < reserve_mb + 64:
         raise ResourceExhaustedError(
             f"host disk nearly full ({free_mb} MB free, {reserve_mb} MB kept in reserve); "
             "delete sandboxes or volumes, or free space on the host"
         )
+
+
+def create_image(image: Path, size_mb: int, cache_dir: Path, reserve_mb: int) -> None:
+    check_free(image.parent, reserve_mb)
     blank = _formatted_blank(cache_dir, size_mb)
     subprocess.run(["cp", "--sparse=always", str(blank), str(image)], check=True)
 

@@ -42,7 +42,15 @@ from agent_sandbox.models import (
     TemplateInfo,
     VolumeInfo,
 )
-from agent_sandbox.runtime import code_template, disk, rootfs, syscalls, validate
+from agent_sandbox.runtime import (
+    code_template,
+    disk,
+    rootfs,
+    rootless,
+    subids,
+    syscalls,
+    validate,
+)
 from agent_sandbox.runtime.config import HOST_ID_BASE, EngineConfig, Limits
 from agent_sandbox.runtime.guest_client import ExecResult, GuestClient, GuestUnavailableError
 from agent_sandbox.runtime.kernels import Kernels
@@ -75,26 +83,35 @@ def _text_callback(cb: OutputCallback | None) -> Callable[[bytes], None] | None:
 
 
 class Engine:
+    """As root: overlays and disks mounted on the host, one shared id range. As any other
+    user: the *rootless* engine (see ``rootless.py``): the user's own ids, overlays that
+    runc mounts inside each container, directory volumes, rlimits where no cgroup is
+    delegated, pause by stopping processes. Same API either way."""
+
     def __init__(self, config: EngineConfig | None = None, *, reaper: bool = True) -> None:
-        if os.geteuid() != 0:
-            raise RuntimeUnavailableError(
-                "the embedded engine needs root (it mounts overlays and runs runc); run as "
-                "root, or use a sandbox daemon / remote gateway via ABX_SANDBOX_BASE_URL"
-            )
+        self.rootless = os.geteuid() != 0
+        if self.rootless:
+            rootless.check_usable()
+        else:
+            subids.reserve()  # keep useradd's subordinate ranges off our host ids
         self.config = config or EngineConfig()
         data = self.config.data_dir
-        # 0711: the sandboxes' unprivileged root must traverse to its rootfs, never list.
+        # Root: 0711, the sandboxes' unprivileged root must traverse to its rootfs, never
+        # list. Rootless: the sandboxes' root is the user; nobody else needs in.
         for path in (data, self.config.sandboxes_dir):
             path.mkdir(parents=True, exist_ok=True)
-            os.chmod(path, 0o711)
-        for path in (self._volumes_dir, self.config.idmap_dir):
-            path.mkdir(mode=0o700, exist_ok=True)
-        self.runc = Runc(self.config.runc_root)
+            os.chmod(path, 0o700 if self.rootless else 0o711)
+        self._volumes_dir.mkdir(mode=0o700, exist_ok=True)
+        if not self.rootless:
+            self.config.idmap_dir.mkdir(mode=0o700, exist_ok=True)
+        self._cgroups = ("systemd" if rootless.delegated_cgroup() else "") if self.rootless \
+            else "cgroupfs"
+        self.runc = Runc(self.config.runc_root, systemd_cgroup=self._cgroups == "systemd")
         _precompile_guest()
-        self._enforced = _enforced_limits()
+        self._enforced = rootless.enforced_limits() if self.rootless else _enforced_limits()
         self.store = Store(self.config.db_path)
-        self.templates = TemplateStore(self.config.templates_dir)
-        self.views = rootfs.IdmapViews(self.config.idmap_dir)
+        self.templates = TemplateStore(self.config.templates_dir, rootless=self.rootless)
+        self.views = None if self.rootless else rootfs.IdmapViews(self.config.idmap_dir)
         self._locks: dict[str, threading.RLock] = {}
         self._locks_guard = threading.Lock()
         self._stop = threading.Event()
@@ -121,7 +138,45 @@ class Engine:
         return self.config.sandboxes_dir / sandbox_id
 
     def _volume_image(self, volume_id: str) -> Path:
+        """The volume: an ext4 image (root) or a directory (rootless)."""
+        if self.rootless:
+            return self._volumes_dir / volume_id
         return self._volumes_dir / f"{volume_id}.img"
+
+    def _disk(self, row: SandboxRow) -> Path:
+        """Where the sandbox's ``sys/`` and ``workspace/`` are."""
+        if self.rootless:
+            return self._volume_image(row.volume_id)
+        return self._dir(row.id) / "disk"
+
+    def _attach(self, row: SandboxRow) -> None:
+        if self.rootless:
+            rootless.make_volume(self._volume_image(row.volume_id))
+        else:
+            disk.attach(self._volume_image(row.volume_id), self._dir(row.id) / "disk")
+
+    def _remove_tree(self, path: Path) -> None:
+        if self.rootless:
+            rootless.remove_tree(path)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def engine_info(self) -> dict[str, Any]:
+        """Which engine runs here and what it really enforces (``abx doctor`` shows it)."""
+        if self.rootless:
+            mapping = rootless.id_map()
+            return {"mode": "rootless", "data_dir": str(self.config.data_dir),
+                    "ids": mapping.describe(), "enforced": self._enforced,
+                    "limits": rootless.describe_limits(),
+                    "pause": "SIGSTOP to every process but the guest (no freezer rootless)",
+                    "network": "none, or slirp4netns as the user (network=True)"}
+        return {"mode": "root", "data_dir": str(self.config.data_dir),
+                "ids": f"0 -> {HOST_ID_BASE} (65536 ids, shared by all sandboxes)",
+                "enforced": self._enforced,
+                "limits": {name: ("cgroup" if on else "not enforced (controller missing)")
+                           if name != "disk" else "ext4 image per sandbox"
+                           for name, on in self._enforced.items()},
+                "pause": "cgroup freezer", "network": "none, or slirp4netns (network=True)"}
 
     def _socket(self, sandbox_id: str) -> str:
         return str(self._dir(sandbox_id) / "run" / "guest.sock")
@@ -149,7 +204,8 @@ class Engine:
         lowers = [lower for layer in self.templates.get(name).layers
                   for lower in layer.lowers if lower.startswith(own)]  # not shared ones
         self.templates.remove(name)
-        self.views.forget(lowers)
+        if self.views is not None:
+            self.views.forget(lowers)
 
     def import_template(self, name: str, source: str, *, replace: bool = False,
                         **kw: Any) -> TemplateInfo:
@@ -197,6 +253,8 @@ class Engine:
             raise InvalidArgumentError("disk_mb must be at least 16")
         envs = validate.envs(envs)
         metadata = validate.metadata(metadata)
+        if network and self.rootless and rootless.network_problem():
+            raise RuntimeUnavailableError(str(rootless.network_problem()))
         if (volume is None and not network and limits == self.config.limits
                 and tmpl.name in self.config.pool_templates and self.config.pool_size > 0):
             claimed = self._claim_pooled(tmpl.name, timeout=float(timeout),
@@ -234,8 +292,13 @@ class Engine:
         try:
             if new_volume:
                 disk_mb = row.limits["disk_mb"]
-                disk.create_image(self._volume_image(row.volume_id), disk_mb,
-                                  self.config.data_dir / "blank", self.config.host_reserve_mb)
+                if self.rootless:  # a directory: no size limit without root
+                    disk.check_free(self._volumes_dir, self.config.host_reserve_mb)
+                    rootless.make_volume(self._volume_image(row.volume_id))
+                else:
+                    disk.create_image(self._volume_image(row.volume_id), disk_mb,
+                                      self.config.data_dir / "blank",
+                                      self.config.host_reserve_mb)
                 self.store.upsert_volume(VolumeRow(row.volume_id, disk_mb, row.created_at,
                                                    row.id))
             self._boot(row)
@@ -293,7 +356,8 @@ class Engine:
         dir: the views are read-only, but a recursive delete must not walk into them)."""
         if self.store.list_sandboxes():
             raise WrongStateError("sandboxes still exist; kill them first")
-        self.views.release()
+        if self.views is not None:
+            self.views.release()
 
     def drain_pool(self) -> int:
         """Destroy every warm, unclaimed sandbox; returns how many."""
@@ -307,28 +371,46 @@ class Engine:
     def _boot(self, row: SandboxRow) -> None:
         """Mount disk and root filesystem, write the bundle, start the container."""
         sbdir = self._dir(row.id)
-        disk.attach(self._volume_image(row.volume_id), sbdir / "disk")
-        rootfs.mount_rootfs(sbdir / "rootfs", sbdir / "disk" / disk.SYSTEM, row.layers,
-                            self.views)
-        # The guest's socket and log live on a tiny tmpfs: the sandbox sees this
-        # directory, and must not be able to fill the host's disk through it.
+        self._attach(row)
         run_dir = sbdir / "run"
-        run_dir.mkdir(exist_ok=True)
-        if not os.path.ismount(run_dir):
-            syscalls.mount("tmpfs", str(run_dir), "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
-                           f"size=4m,nr_inodes=1024,mode=0700,uid={HOST_ID_BASE},"
-                           f"gid={HOST_ID_BASE}")
+        run_dir.mkdir(mode=0o700, exist_ok=True)
+        limits = Limits(**row.limits)
+        if self.rootless:
+            # Overlays are mounted by runc inside the container's user namespace; the
+            # run dir is a plain directory (no tmpfs without root: no size limit).
+            (sbdir / "rootfs").mkdir(exist_ok=True)
+            extra: dict[str, Any] = {
+                "id_map": rootless.id_map().oci(),
+                "rootfs_mounts": tuple(rootfs.overlay_mounts(self._disk(row) / disk.SYSTEM,
+                                                             row.layers)),
+                "rlimits": tuple(rootless.rlimits(limits, cgroups=bool(self._cgroups))),
+                "cgroups": self._cgroups,
+            }
+            guest_env = rootless.guest_env(limits, cgroups=bool(self._cgroups))
+        else:
+            assert self.views is not None
+            rootfs.mount_rootfs(sbdir / "rootfs", sbdir / "disk" / disk.SYSTEM, row.layers,
+                                self.views)
+            # The guest's socket and log live on a tiny tmpfs: the sandbox sees this
+            # directory, and must not be able to fill the host's disk through it.
+            if not os.path.ismount(run_dir):
+                syscalls.mount("tmpfs", str(run_dir), "tmpfs",
+                               _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
+                               f"size=4m,nr_inodes=1024,mode=0700,uid={HOST_ID_BASE},"
+                               f"gid={HOST_ID_BASE}")
+            extra, guest_env = {}, []
         sock = Path(self._socket(row.id))
         sock.unlink(missing_ok=True)
         tmpl = self._template_for(row)
         spec = BundleSpec(
             sandbox_id=row.id, rootfs=str(sbdir / "rootfs"),
-            workspace=str(sbdir / "disk" / disk.WORKSPACE), run_dir=str(run_dir),
-            guest_dir=str(GUEST_DIR), python=tmpl.python, limits=Limits(**row.limits),
-            network=row.network, extra_mounts=tuple(tmpl.mounts),
+            workspace=str(self._disk(row) / disk.WORKSPACE), run_dir=str(run_dir),
+            guest_dir=str(GUEST_DIR), python=tmpl.python, limits=limits,
+            network=row.network, extra_mounts=tuple(tmpl.mounts), **extra,
         )
         config = build_config(spec)
         config["process"]["env"] += [f"{k}={v}" for k, v in tmpl.python_env.items()]
+        config["process"]["env"] += guest_env
         (sbdir / "config.json").write_text(json.dumps(config))
         self.runc.run_detached(row.id, sbdir, run_dir / "guest.log")
         self._wait_ready(row.id)
@@ -400,9 +482,22 @@ class Engine:
                 os.kill(row.helper_pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+        volume = self.store.get_volume(row.volume_id)
+        if self.rootless:
+            if delete_volume:
+                rootless.remove_tree(self._volume_image(row.volume_id))
+                if volume is not None and volume.attached_to == row.id:
+                    self.store.delete_volume(row.volume_id)
+            else:
+                rootfs.wipe_system_layer(self._disk(row) / disk.SYSTEM, rootless=True)
+                if volume is not None:
+                    self.store.upsert_volume(VolumeRow(volume.id, volume.size_mb,
+                                                       volume.created_at, ""))
+            rootless.remove_tree(sbdir)
+            self.store.delete_sandbox(row.id)
+            return
         rootfs.unmount_rootfs(sbdir / "rootfs")
         mnt = sbdir / "disk"
-        volume = self.store.get_volume(row.volume_id)
         if delete_volume:
             disk.detach(mnt)
             self._volume_image(row.volume_id).unlink(missing_ok=True)
@@ -456,7 +551,10 @@ class Engine:
             if row.state == "paused":
                 return self._info(row)
             self._ensure_container(row)
-            self.runc.pause(sandbox_id)
+            if self.rootless:
+                GuestClient(self._socket(sandbox_id)).freeze()
+            else:
+                self.runc.pause(sandbox_id)
             self.store.update_sandbox(sandbox_id, state="paused")
         return self.info(sandbox_id)
 
@@ -477,8 +575,8 @@ class Engine:
             self._code.forget(sandbox_id)  # kernels end with the container
             self.runc.delete(sandbox_id)
             rootfs.unmount_rootfs(sbdir / "rootfs")
-            disk.attach(self._volume_image(row.volume_id), sbdir / "disk")
-            rootfs.wipe_system_layer(sbdir / "disk" / disk.SYSTEM)
+            self._attach(row)
+            rootfs.wipe_system_layer(self._disk(row) / disk.SYSTEM, rootless=self.rootless)
             self._boot(row)
             self.store.update_sandbox(sandbox_id, state="running", last_used=time.time())
         return self.info(sandbox_id)
@@ -503,7 +601,10 @@ class Engine:
             raise NotFoundError(f"volume {volume_id!r} not found")
         if found.attached_to:
             raise WrongStateError(f"volume {volume_id} is attached to {found.attached_to}")
-        self._volume_image(volume_id).unlink(missing_ok=True)
+        if self.rootless:
+            rootless.remove_tree(self._volume_image(volume_id))
+        else:
+            self._volume_image(volume_id).unlink(missing_ok=True)
         self.store.delete_volume(volume_id)
 
     # the guest --------------------------------------------------------------------------
@@ -531,6 +632,8 @@ class Engine:
                 row = self._row(sandbox_id)
                 if self._ensure_container(row) == "paused":
                     self.runc.resume(sandbox_id)
+                elif self.rootless and row.state == "paused":
+                    GuestClient(self._socket(sandbox_id)).thaw()
                 self.store.update_sandbox(sandbox_id, state="running", last_used=time.time())
         elif time.time() - row.last_used > _TOUCH_EVERY:
             self.store.touch(sandbox_id)
@@ -730,7 +833,7 @@ class Engine:
         for sbdir in self.config.sandboxes_dir.iterdir():
             if sbdir.name not in live and self._creator_gone(sbdir.name):
                 rootfs.unmount_rootfs(sbdir)
-                shutil.rmtree(sbdir, ignore_errors=True)
+                self._remove_tree(sbdir)
 
     def _creator_gone(self, sandbox_id: str) -> bool:
         lock_path = self._dir(sandbox_id) / "create.lock"
@@ -758,7 +861,8 @@ class Engine:
                 elif row.state == "paused" and idle_until + stop_after < now:
                     with self._lock(row.id):
                         state = self.runc.state(row.id)
-                        if state and state["status"] == "paused":
+                        # Rootless containers stay "running" for runc (stopped processes).
+                        if state and state["status"] in ("paused", "running"):
                             self.runc.delete(row.id)
             except Exception:  # noqa: BLE001 - one bad sandbox must not stop the reaper
                 continue

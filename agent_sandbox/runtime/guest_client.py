@@ -324,6 +324,14 @@ class GuestClient:
     def ps(self) -> list[dict[str, Any]]:
         return list(self._call({"op": "ps"})["processes"])
 
+    def freeze(self) -> None:
+        """Stop every process but the guest; new ones are refused until ``thaw``
+        (the rootless engine's pause: no cgroup freezer without root)."""
+        self._call({"op": "freeze"})
+
+    def thaw(self) -> None:
+        self._call({"op": "thaw"})
+
     # ------------------------------------------------------------ files
     def read(self, path: str, offset: int = 0, limit: int | None = None) -> Iterator[bytes]:
         """Stream a file in chunks. Errors such as not_found are raised here, at call time."""

@@ -311,8 +311,10 @@ class Kernels:
         conn_file = run / f"{state.prefix}.json"
         fd = os.open(conn_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         # The kernel (the sandbox's root) may rewrite it: owned by that user. fchown, never
-        # by path: the sandbox controls this directory and could swap in a link.
-        os.fchown(fd, HOST_ID_BASE, HOST_ID_BASE)
+        # by path: the sandbox controls this directory and could swap in a link. Rootless,
+        # the sandbox's root is this user already.
+        if not self.engine.rootless:
+            os.fchown(fd, HOST_ID_BASE, HOST_ID_BASE)
         with os.fdopen(fd, "w") as fh:
             json.dump(self._connection(state, f"{GUEST_RUN_DIR}/{state.prefix}"), fh)
         inside = f"{GUEST_RUN_DIR}/{state.prefix}.json"

@@ -45,6 +45,14 @@ class BundleSpec:
     limits: Limits
     network: bool
     extra_mounts: tuple[dict[str, Any], ...] = ()
+    # Rootless: the user's mapping (uids, gids), the overlays runc mounts inside the
+    # container (before everything else), rlimits standing in for cgroups, and how
+    # cgroups are reached ("cgroupfs": the root engine's; "systemd": a user's
+    # delegated cgroup v2; "": none, no cgroup can be written).
+    id_map: tuple[list[dict[str, int]], list[dict[str, int]]] | None = None
+    rootfs_mounts: tuple[dict[str, Any], ...] = ()
+    rlimits: tuple[dict[str, Any], ...] = ()
+    cgroups: str = "cgroupfs"
 
 
 def _bind(source: str, dest: str, *, readonly: bool) -> dict[str, Any]:
@@ -54,6 +62,7 @@ def _bind(source: str, dest: str, *, readonly: bool) -> dict[str, Any]:
 
 def _mounts(spec: BundleSpec) -> list[dict[str, Any]]:
     return [
+        *spec.rootfs_mounts,
         {"destination": "/proc", "type": "proc", "source": "proc",
          "options": ["nosuid", "noexec", "nodev"]},
         {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
@@ -94,8 +103,9 @@ def _nofile() -> int:
 
 def build_config(spec: BundleSpec) -> dict[str, Any]:
     id_map = [{"containerID": 0, "hostID": HOST_ID_BASE, "size": HOST_ID_COUNT}]
+    uid_map, gid_map = spec.id_map or (id_map, id_map)
     namespaces = [{"type": t} for t in ("pid", "ipc", "uts", "mount", "user", "network")]
-    return {
+    config: dict[str, Any] = {
         "ociVersion": "1.0.2",
         "process": {
             "terminal": False,
@@ -109,6 +119,7 @@ def build_config(spec: BundleSpec) -> dict[str, Any]:
             "rlimits": [
                 {"type": "RLIMIT_NOFILE", "hard": _nofile(), "soft": _nofile()},
                 {"type": "RLIMIT_CORE", "hard": 0, "soft": 0},
+                *spec.rlimits,
             ],
             "noNewPrivileges": True,
             "oomScoreAdj": 0,
@@ -117,8 +128,8 @@ def build_config(spec: BundleSpec) -> dict[str, Any]:
         "hostname": spec.sandbox_id,
         "mounts": _mounts(spec),
         "linux": {
-            "uidMappings": id_map,
-            "gidMappings": id_map,
+            "uidMappings": uid_map,
+            "gidMappings": gid_map,
             "namespaces": namespaces,
             "cgroupsPath": f"/abx/{spec.sandbox_id}",
             "resources": _resources(spec.limits),
@@ -127,3 +138,12 @@ def build_config(spec: BundleSpec) -> dict[str, Any]:
             "readonlyPaths": READONLY_PATHS,
         },
     }
+    linux = config["linux"]
+    if spec.id_map is not None:
+        del config["process"]["oomScoreAdj"]  # a user may not lower its own score
+    if spec.cgroups == "systemd":  # runc --systemd-cgroup: slice:prefix:name
+        linux["cgroupsPath"] = f"user.slice:abx:{spec.sandbox_id}"
+        del linux["resources"]["devices"]  # a user's runc cannot program the device cgroup
+    elif not spec.cgroups:
+        del linux["cgroupsPath"], linux["resources"]  # nothing a plain user may write
+    return config

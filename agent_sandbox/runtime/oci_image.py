@@ -205,10 +205,14 @@ def _hardlink(root: Path, member: tarfile.TarInfo, target: Path) -> None:
 
 
 def _set_meta(path: Path, member: tarfile.TarInfo) -> None:
-    os.chown(path, member.uid, member.gid, follow_symlinks=False)
+    if _AS_ROOT:  # a plain user's import is all its own (root inside its sandboxes)
+        os.chown(path, member.uid, member.gid, follow_symlinks=False)
     if not member.issym():
         os.chmod(path, member.mode & 0o7777)  # after chown, which clears setuid bits
     os.utime(path, (member.mtime, member.mtime), follow_symlinks=False)
+
+
+_AS_ROOT = os.geteuid() == 0
 
 
 # ---- the outer archive -----------------------------------------------------------------

@@ -92,9 +92,7 @@ def mount_rootfs(rootfs: Path, system_dir: Path, layers: list[dict[str, Any]],
     """Mount every layer's overlay under ``rootfs`` (``/`` first, then deeper targets)."""
     views.prepare([lower for layer in layers for lower in layer["lowers"]])
     rootfs.mkdir(parents=True, exist_ok=True)
-    order = sorted(range(len(layers)), key=lambda i: layers[i]["target"].count("/")
-                   if layers[i]["target"] != "/" else 0)
-    for index in order:
+    for index in _layer_order(layers):
         layer = layers[index]
         upper, work = _layer_dirs(system_dir, index)
         for path in (upper, work):
@@ -107,6 +105,28 @@ def mount_rootfs(rootfs: Path, system_dir: Path, layers: list[dict[str, Any]],
         lowers = ":".join(views.view(lower) for lower in layer["lowers"])
         syscalls.mount("overlay", str(target), "overlay", _MS_NODEV,
                        f"lowerdir={lowers},upperdir={upper},workdir={work}")
+
+
+def _layer_order(layers: list[dict[str, Any]]) -> list[int]:
+    return sorted(range(len(layers)), key=lambda i: layers[i]["target"].count("/")
+                  if layers[i]["target"] != "/" else 0)
+
+
+def overlay_mounts(system_dir: Path, layers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rootless: the same overlays as OCI ``mounts`` entries, which runc mounts inside the
+    container's user namespace (``userxattr``: overlay's own xattrs in the user.*
+    namespace). Lowers are used as they are: rootless templates are the user's files."""
+    out = []
+    for index in _layer_order(layers):
+        layer = layers[index]
+        upper, work = _layer_dirs(system_dir, index)
+        for path in (upper, work):
+            path.mkdir(parents=True, exist_ok=True)
+        lowers = ":".join(layer["lowers"])
+        out.append({"destination": layer["target"], "type": "overlay", "source": "overlay",
+                    "options": ["nodev", f"lowerdir={lowers}", f"upperdir={upper}",
+                                f"workdir={work}", "userxattr"]})
+    return out
 
 
 def mounts_under(prefix: Path) -> list[str]:
@@ -131,12 +151,17 @@ def unmount_rootfs(rootfs: Path) -> None:
             syscalls.umount(target, lazy=True)
 
 
-def wipe_system_layer(system_dir: Path) -> None:
+def wipe_system_layer(system_dir: Path, *, rootless: bool = False) -> None:
     """Throw the system layer away: rename (instant), then delete."""
     if not system_dir.exists():
         return
     trash = system_dir.with_name(f".trash-{os.getpid()}-{os.urandom(4).hex()}")
     os.replace(system_dir, trash)
     system_dir.mkdir()
+    if rootless:
+        from agent_sandbox.runtime.rootless import remove_tree
+
+        remove_tree(trash)  # sandboxes wrote it with subordinate ids too
+        return
     os.chown(system_dir, HOST_ID_BASE, HOST_ID_BASE)
     shutil.rmtree(trash, ignore_errors=True)

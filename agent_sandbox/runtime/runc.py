@@ -15,7 +15,7 @@ from agent_sandbox.errors import RuntimeUnavailableError
 
 
 class Runc:
-    def __init__(self, state_root: Path) -> None:
+    def __init__(self, state_root: Path, *, systemd_cgroup: bool = False) -> None:
         binary = shutil.which("runc") or shutil.which("runc", path="/usr/sbin:/usr/bin:/sbin")
         if binary is None:
             raise RuntimeUnavailableError(
@@ -24,10 +24,14 @@ class Runc:
             )
         self.binary = binary
         self.state_root = state_root
+        # runc detects rootless mode by itself (euid != 0); its state lives under our
+        # data dir either way.
+        self._base = [binary, "--root", str(state_root)] + \
+            (["--systemd-cgroup"] if systemd_cgroup else [])
         state_root.mkdir(parents=True, exist_ok=True, mode=0o700)
 
     def _run(self, *args: str, check: bool = True, **kw: Any) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([self.binary, "--root", str(self.state_root), *args],
+        proc = subprocess.run([*self._base, *args],
                               capture_output=True, text=True, **kw)
         if check and proc.returncode != 0:
             raise RuntimeUnavailableError(
@@ -41,7 +45,7 @@ class Runc:
         runc_log = bundle / "runc.log"
         with open(log, "ab") as out, open(os.devnull, "rb") as null:
             proc = subprocess.run(
-                [self.binary, "--root", str(self.state_root), "--log", str(runc_log),
+                [*self._base, "--log", str(runc_log),
                  "run", "--detach", "--bundle", str(bundle), container_id],
                 stdin=null, stdout=out, stderr=out, start_new_session=True,
             )

@@ -114,8 +114,10 @@ def validate_name(name: str) -> str:
 
 
 class TemplateStore:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, rootless: bool = False) -> None:
         self.root = root
+        # Rootless: base is a user-owned copy of part of the host (rootless_base.py).
+        self.rootless = rootless
         root.mkdir(parents=True, exist_ok=True)
         self._base: Template | None = None
         _sweep_leftovers(root)
@@ -274,8 +276,19 @@ class TemplateStore:
         folder = self.root / BASE
         skeleton = folder / "skeleton"
         if not skeleton.exists():
-            _build_skeleton(folder, skeleton)
+            _build_skeleton(folder, skeleton, merged=self.rootless)
         etc = _ensure_etc_snapshot(folder)
+        if self.rootless:
+            from agent_sandbox.runtime import rootless_base
+
+            usr = rootless_base.ensure_usr(folder)
+            return Template(
+                name=BASE, kind="base", created_at=skeleton.stat().st_mtime,
+                layers=[Layer("/", [str(skeleton)]), Layer("/usr", [str(usr)]),
+                        Layer("/etc", [str(etc)])],
+                description="A copy of part of the host OS (shells, coreutils, python3, pip, "
+                            "apt) and its /etc (secrets masked), fresh /tmp /root /home /var",
+            )
         layers = [Layer("/", [str(skeleton)]), Layer("/usr", ["/usr"]), Layer("/etc", [str(etc)])]
         for name in _USR_MERGED_DIRS:
             host = Path("/") / name
@@ -288,7 +301,9 @@ class TemplateStore:
         )
 
 
-def _build_skeleton(folder: Path, skeleton: Path) -> None:
+def _build_skeleton(folder: Path, skeleton: Path, *, merged: bool = False) -> None:
+    """``merged``: /bin, /lib, ... are links into /usr whatever the host does (the
+    rootless base copies everything into its /usr)."""
     # Unique per thread and process: a pool thread and a create may both get here.
     tmp = folder / f".skeleton.tmp{os.getpid()}-{time.time_ns()}"
     tmp.mkdir(parents=True)
@@ -304,11 +319,16 @@ def _build_skeleton(folder: Path, skeleton: Path) -> None:
         host = Path("/") / name
         if host.is_symlink():
             os.symlink(os.readlink(host), tmp / name)
+        elif merged and host.is_dir():
+            os.symlink(f"usr/{name}", tmp / name)
         elif host.is_dir():
             (tmp / name).mkdir()
     # dpkg's database makes apt and dpkg work on top of the host's /usr.
     if Path("/var/lib/dpkg").is_dir():
-        shutil.copytree("/var/lib/dpkg", tmp / "var/lib/dpkg", symlinks=True)
+        try:
+            shutil.copytree("/var/lib/dpkg", tmp / "var/lib/dpkg", symlinks=True)
+        except shutil.Error:
+            pass  # a non-root copy misses the root-only lock files: dpkg makes new ones
     try:
         os.replace(tmp, skeleton)
     except OSError:  # someone else finished first: theirs is as good
@@ -365,6 +385,8 @@ def _ensure_etc_snapshot(folder: Path) -> Path:
     tmp = folder / f".etc.tmp{os.getpid()}-{time.time_ns()}"
     tmp.mkdir(parents=True)
     os.chmod(tmp, 0o755)
+    # As a plain user the copy is the user's own (root inside its sandboxes).
+    own_ids = os.geteuid() == 0
     for rel, st in entries:
         src, dst = etc / rel, tmp / rel
         try:
@@ -376,15 +398,24 @@ def _ensure_etc_snapshot(folder: Path) -> Path:
                 shutil.copyfile(src, dst, follow_symlinks=False)
             else:
                 continue  # fifos, sockets, devices: not configuration
-            os.lchown(dst, st.st_uid, st.st_gid)
+            if own_ids:
+                os.lchown(dst, st.st_uid, st.st_gid)
             if not stat.S_ISLNK(st.st_mode):
                 os.chmod(dst, stat.S_IMODE(st.st_mode))
                 os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
         except OSError:
             continue  # vanished or unreadable meanwhile: leave it out
-    for name in ("shadow", "gshadow"):
+    for name, source in (("shadow", "passwd"), ("gshadow", "group")):
         if (etc / name).is_file():
-            (tmp / name).write_text(_sanitized(etc / name))
+            # The real file when readable (root), else the same names from the public one.
+            if os.access(etc / name, os.R_OK):
+                text = _sanitized(etc / name)
+            else:
+                tail = ":::::::" if name == "shadow" else "::"
+                text = "".join(line.split(":", 1)[0] + ":*" + tail + "\n" for line in
+                               (etc / source).read_text(errors="replace").splitlines()
+                               if ":" in line)
+            (tmp / name).write_text(text)
             os.chmod(tmp / name, 0o640)
     for name, text in (("hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n"),
                        # slirp4netns' DNS forwarder, for sandboxes with network=True

@@ -82,9 +82,20 @@ def test_template_build_list_remove(abx: Abx, tmp_path: Path) -> None:
 def test_doctor(abx: Abx) -> None:
     r = abx("doctor", "--json", check=None)
     report = r.json()
-    names = {c["name"] for c in report["checks"]}
-    assert {"root", "container runtime", "namespaces", "user namespaces", "overlayfs",
-            "cgroup controllers", "seccomp", "data dir"} <= names
+    checks = {c["name"]: c for c in report["checks"]}
+    assert {"engine", "engine mode", "container runtime", "namespaces", "user namespaces",
+            "overlayfs", "cgroup controllers", "limits enforced", "seccomp",
+            "data dir"} <= set(checks)
+    # As root: the root engine, and each limit said to be enforced or not.
+    assert checks["engine mode"]["detail"].startswith("root engine")
+    limits = dict(part.split(": ") for part in checks["limits enforced"]["detail"].split(", "))
+    assert set(limits) == {"memory", "pids", "cpu", "disk"}
+    assert set(limits.values()) <= {"yes", "NO"}
+    cgroup = Path("/sys/fs/cgroup")
+    memory = (cgroup / "memory").is_dir() or "memory" in (
+        (cgroup / "cgroup.controllers").read_text() if (cgroup / "cgroup.controllers").exists()
+        else "")
+    assert limits["memory"] == ("yes" if memory else "NO")
     assert r.code == (0 if report["ok"] else 1)
     assert all(c["fix"] for c in report["checks"] if not c["ok"])
     assert report["ok"]  # the suite runs sandboxes on this host, so it must pass here
