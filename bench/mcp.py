@@ -35,45 +35,55 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 ROOT = os.path.dirname(_HERE)
 
 
+def _text(result: Any) -> str:
+    return " ".join(getattr(c, "text", "") for c in result.content)[:300]
+
+
+def _summary(samples: list[float], errors: list[str]) -> dict[str, Any]:
+    """Percentiles, the error count and the first error's text (to say why, not only how
+    many)."""
+    return {"n": len(samples), "p50": percentile(samples, 50), "p99": percentile(samples, 99),
+            "errors": len(errors), "first_error": errors[0] if errors else None}
+
+
 async def bench_stdio(env: dict[str, str], iterations: int) -> dict[str, Any]:
     params = StdioServerParameters(command=sys.executable,
                                    args=["-m", "agent_sandbox.agent.mcp"], env=env, cwd=ROOT)
     samples: list[float] = []
-    errors = 0
+    errors: list[str] = []
     async with Client(params, mode="legacy") as client:
         await client.call_tool("run_command", {"command": "true"})  # default sandbox, warm-up
         for _ in range(iterations):
             start = time.perf_counter()
             r = await client.call_tool("run_command", {"command": "true"})
             samples.append((time.perf_counter() - start) * 1000)
-            errors += bool(r.is_error)
-    return {"n": iterations, "p50": percentile(samples, 50), "p99": percentile(samples, 99),
-            "errors": errors}
+            if r.is_error:
+                errors.append(_text(r))
+    return _summary(samples, errors)
 
 
 async def bench_http(url: str, concurrency: int) -> dict[str, Any]:
     samples: list[float] = []
-    errors = 0
+    errors: list[str] = []
     async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=concurrency)
                                  ) as http, \
             Client(streamable_http_client(url, http_client=http), mode="legacy") as client:
         await client.call_tool("run_command", {"command": "true"})  # default sandbox, warm-up
 
         async def one() -> None:
-            nonlocal errors
             start = time.perf_counter()
             try:
                 r = await client.call_tool("run_command", {"command": "true"})
-                errors += bool(r.is_error)
-            except Exception:  # noqa: BLE001 - counted, not fatal
-                errors += 1
+                if r.is_error:
+                    errors.append(_text(r))
+            except Exception as exc:  # noqa: BLE001 - counted, not fatal
+                errors.append(f"{type(exc).__name__}: {exc}")
             samples.append((time.perf_counter() - start) * 1000)
 
         async with anyio.create_task_group() as tg:
             for _ in range(concurrency):
                 tg.start_soon(one)
-    return {"n": concurrency, "p50": percentile(samples, 50), "p99": percentile(samples, 99),
-            "errors": errors}
+    return _summary(samples, errors)
 
 
 def start_uvicorn(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
@@ -135,6 +145,9 @@ def main() -> int:
                 [f"http {http['n']} concurrent", http["n"], fmt_ms(http["p50"]),
                  fmt_ms(http["p99"]), http["errors"], "p99 <= 150 ms"]]
         print(table(["case", "n", "p50", "p99", "errors", "target"], rows, title="MCP server"))
+        for name, res in results.items():
+            if res["first_error"]:
+                print(f"{name}: first error: {res['first_error']}")
     return 0
 
 

@@ -14,6 +14,7 @@ import os
 import shutil
 import struct
 import subprocess
+import tempfile
 from pathlib import Path
 
 from agent_sandbox.errors import ResourceExhaustedError, RuntimeUnavailableError
@@ -36,16 +37,24 @@ def _formatted_blank(cache_dir: Path, size_mb: int) -> Path:
     if blank.exists():
         return blank
     cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = blank.with_suffix(f".tmp{os.getpid()}")
-    with open(tmp, "wb") as fh:
+    # A name of its own per call: threads of one engine (a create and the warm pool's
+    # refill) race here, and a shared name let one truncate the other's half-made image,
+    # caching a corrupt blank ("Structure needs cleaning" on every mount after).
+    fd, name = tempfile.mkstemp(prefix=f"{blank.name}.", suffix=".tmp", dir=cache_dir)
+    tmp = Path(name)
+    with os.fdopen(fd, "wb") as fh:
         fh.truncate(size_mb * 1024 * 1024)
-    # No journal: the data is scratch space, and it keeps the image tiny until written.
-    subprocess.run(
-        ["mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-m", "0",
-         "-E", f"lazy_itable_init=1,root_owner={HOST_ID_BASE}:{HOST_ID_BASE}", str(tmp)],
-        check=True, capture_output=True,
-    )
-    os.replace(tmp, blank)
+    try:
+        # No journal: the data is scratch space, and it keeps the image tiny until written.
+        subprocess.run(
+            ["mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-m", "0",
+             "-E", f"lazy_itable_init=1,root_owner={HOST_ID_BASE}:{HOST_ID_BASE}", str(tmp)],
+            check=True, capture_output=True,
+        )
+        os.replace(tmp, blank)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return blank
 
 
