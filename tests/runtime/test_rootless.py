@@ -202,6 +202,28 @@ def test_mcp_stdio_as_unprivileged_user(user: Any) -> None:
     assert not (_data_dir(user) / "sandboxes" / seen["sid"]).exists()
 
 
+def test_run_code_as_unprivileged_user(user: Any) -> None:
+    """What an IDE gets by default: the STDIO server's code-interpreter-v1, built in the
+    user's own data dir, and a real kernel in a rootless sandbox."""
+    argv = user.argv([user.python(), "-m", "agent_sandbox.agent.mcp"])
+    params = StdioServerParameters(command=argv[0], args=argv[1:], cwd=str(user.home),
+                                   env=user.env(ABX_MCP_AUDIT_LOG=""))
+
+    async def main() -> None:
+        async with Client(params, mode="legacy") as c:
+            err, data, text = await _call(
+                c, "run_code", code="import numpy as np\nx = int(np.arange(4).sum())\nx",
+                timeout=120)
+            if err and "registry could not be reached" in text:
+                pytest.skip("code-interpreter-v1 cannot be built: the registry is unreachable")
+            assert not err and data["results"][0]["text"] == "6", text
+            err, data, text = await _call(c, "run_code", code="x * 7")  # state kept
+            assert not err and data["results"][0]["text"] == "42", text
+
+    anyio.run(main)
+    assert (_data_dir(user) / "templates" / "code-interpreter-v1").is_dir()
+
+
 def test_doctor_as_unprivileged_user(user: Any) -> None:
     """``abx doctor`` names the rootless mode, the id mapping and what each limit really
     is; where no cgroup is delegated it says so (and the battery's rootless_limits shows
