@@ -58,8 +58,13 @@ def check_root() -> Check:
 
     problem = rootless.userns_problem()
     if problem:
+        from agent_sandbox.providers.engine_choice import choose_engine
+
+        # Only a warning for a user served by the daemon or a gateway: no local engine runs.
+        served = choose_engine().kind in ("daemon", "remote")
         return Check("engine mode", False, f"uid {os.geteuid()}: the rootless engine cannot "
-                     f"run: {problem}", "enable unprivileged user namespaces, or run as root")
+                     f"run: {problem}", "enable unprivileged user namespaces, or run as root",
+                     required=not served)
     return Check("engine mode", True, f"rootless engine as uid {os.geteuid()} "
                  f"({rootless.id_map().describe()})")
 

@@ -377,6 +377,24 @@ def test_selection_clear_error_when_nothing_works(users: dict[str, Any]) -> None
         assert fix in error, (fix, error)
 
 
+def test_doctor_passes_for_a_daemon_user_without_user_namespaces(
+        daemon: Daemon, users: dict[str, Any]) -> None:
+    """Served by the daemon, a user needs no local engine: the rootless check only warns."""
+    a = users["a"]
+    if not _userns_works_for(a):
+        pytest.skip("unprivileged user namespaces are off here: the wrapper needs one")
+    wrap = ["unshare", "--user", "--map-root-user", "sh", "-c",
+            'echo 1 > /proc/sys/user/max_user_namespaces && exec unshare --user '
+            f'--map-user={a.uid} --map-group={a.gid} "$@"', "wrap"]
+    proc = a.run([*wrap, *_abx(), "doctor", "--json"],
+                 env=a.env(ABX_DAEMON_SOCKET=daemon.socket))
+    report = json.loads(proc.stdout)
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["engine"]["ok"] and checks["engine"]["detail"].startswith("daemon")
+    assert not checks["engine mode"]["ok"] and not checks["engine mode"]["required"]
+    assert report["ok"] and proc.returncode == 0, proc.stdout
+
+
 def test_selection_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
     from agent_sandbox.providers import engine_choice
     from agent_sandbox.providers.select import current_engine, default_provider
