@@ -253,11 +253,11 @@ def run_checks() -> list[Check]:
 
 def doctor(json_out: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
            = False) -> None:
-    """Check this host can run sandboxes: the engine mode (root, or rootless for other
-    users), runc, namespaces, user namespaces, overlayfs, cgroup controllers, which limits
-    are really enforced, reserved subordinate ids, seccomp, tools, the data dir and the
-    templates. Prints the fix for each
-    failure; exits 1 when a required check fails."""
+    """Check this host can run sandboxes, and print the fix for each failure.
+
+    Engine (root, daemon, rootless), runc, namespaces, overlayfs, cgroups, real limits, seccomp.
+
+    Exits 1 when a required check fails."""
     checks = run_checks()
     failed = [c for c in checks if not c.ok and c.required]
     if want_json(json_out):
