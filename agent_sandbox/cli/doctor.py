@@ -219,15 +219,16 @@ def check_data_dir() -> Check:
 
 
 def check_templates() -> Check:
+    """The templates of the engine this user really gets (a daemon's or gateway's too)."""
+    from agent_sandbox.providers.select import current_engine, default_provider
     from agent_sandbox.runtime.config import default_data_dir
 
-    if not default_data_dir().exists():
+    local = current_engine().kind in ("embedded", "rootless")
+    if local and not default_data_dir().exists():
         return Check("templates", True, "none yet (the built-in 'base' appears on first use)",
                      required=False)
     try:
-        from agent_sandbox.providers.local import local_provider
-
-        names = [t.name for t in local_provider().list_templates()]
+        names = [t.name for t in default_provider().list_templates()]
     except Exception as exc:  # noqa: BLE001 - report, do not crash
         return Check("templates", False, f"cannot open the engine: {exc}",
                      "fix the failures above, then run `abx doctor` again")

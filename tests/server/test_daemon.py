@@ -386,12 +386,15 @@ def test_doctor_passes_for_a_daemon_user_without_user_namespaces(
     wrap = ["unshare", "--user", "--map-root-user", "sh", "-c",
             'echo 1 > /proc/sys/user/max_user_namespaces && exec unshare --user '
             f'--map-user={a.uid} --map-group={a.gid} "$@"', "wrap"]
+    own = a.home / "abx-data"  # a local data dir exists, yet the daemon's templates count
+    a.run(["mkdir", "-p", str(own)])
     proc = a.run([*wrap, *_abx(), "doctor", "--json"],
-                 env=a.env(ABX_DAEMON_SOCKET=daemon.socket))
+                 env=a.env(ABX_DAEMON_SOCKET=daemon.socket, ABX_DATA_DIR=str(own)))
     report = json.loads(proc.stdout)
     checks = {c["name"]: c for c in report["checks"]}
     assert checks["engine"]["ok"] and checks["engine"]["detail"].startswith("daemon")
     assert not checks["engine mode"]["ok"] and not checks["engine mode"]["required"]
+    assert checks["templates"]["ok"] and "base" in checks["templates"]["detail"], checks
     assert report["ok"] and proc.returncode == 0, proc.stdout
 
 
