@@ -319,6 +319,14 @@ def _userns_works_for(user: Any) -> bool:
     return user.run(["unshare", "--user", "--map-root-user", "true"]).returncode == 0
 
 
+def _without_userns(user: Any) -> list[str]:
+    """A prefix that runs a command as ``user`` unable to make user namespaces: a
+    per-namespace limit of 1, used up by the namespace it runs in."""
+    return ["unshare", "--user", "--map-root-user", "sh", "-c",
+            'echo 1 > /proc/sys/user/max_user_namespaces && exec unshare --user '
+            f'--map-user={user.uid} --map-group={user.gid} "$@"', "wrap"]
+
+
 def test_selection_automatic_order_as_real_users(daemon: Daemon,
                                                  users: dict[str, Any]) -> None:
     a, c = users["a"], users["c"]
@@ -366,9 +374,7 @@ def test_selection_clear_error_when_nothing_works(users: dict[str, Any]) -> None
     c = users["c"]
     if not _userns_works_for(c):
         pytest.skip("unprivileged user namespaces are off here: the wrapper needs one")
-    wrap = ["unshare", "--user", "--map-root-user", "sh", "-c",
-            'echo 1 > /proc/sys/user/max_user_namespaces && exec unshare --user '
-            f'--map-user={c.uid} --map-group={c.gid} "$@"', "wrap"]
+    wrap = _without_userns(c)
     out = as_user(c, _CHOICE, env={"ABX_DAEMON_SOCKET": "/nonexistent/abx.sock"}, wrap=wrap)
     assert out["choice"]["kind"] is None and out["provider"] == "runtime_unavailable"
     error = out["choice"]["error"]
@@ -383,9 +389,7 @@ def test_doctor_passes_for_a_daemon_user_without_user_namespaces(
     a = users["a"]
     if not _userns_works_for(a):
         pytest.skip("unprivileged user namespaces are off here: the wrapper needs one")
-    wrap = ["unshare", "--user", "--map-root-user", "sh", "-c",
-            'echo 1 > /proc/sys/user/max_user_namespaces && exec unshare --user '
-            f'--map-user={a.uid} --map-group={a.gid} "$@"', "wrap"]
+    wrap = _without_userns(a)
     own = a.home / "abx-data"  # a local data dir exists, yet the daemon's templates count
     a.run(["mkdir", "-p", str(own)])
     proc = a.run([*wrap, *_abx(), "doctor", "--json"],
