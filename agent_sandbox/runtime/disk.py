@@ -15,6 +15,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 from agent_sandbox.errors import ResourceExhaustedError, RuntimeUnavailableError
@@ -31,11 +32,29 @@ WORKSPACE = "workspace"
 SYSTEM = "sys"
 
 
+_blank_guard = threading.Lock()
+_sound_blanks: set[Path] = set()
+
+
 def _formatted_blank(cache_dir: Path, size_mb: int) -> Path:
     """A freshly formatted image of this size, made once and copied sparsely after."""
     blank = cache_dir / f"blank-{size_mb}m.img"
-    if blank.exists():
+    with _blank_guard:
+        if blank in _sound_blanks:
+            return blank
+        # Checked once per process (~12 ms): older engines could cache a corrupt blank (two
+        # threads made it in one temp file), failing every create after; it is made again.
+        if blank.exists() and subprocess.run(["e2fsck", "-fn", str(blank)],
+                                             capture_output=True).returncode != 0:
+            blank.unlink(missing_ok=True)
+        if not blank.exists():
+            _make_blank(blank, size_mb)
+        _sound_blanks.add(blank)
         return blank
+
+
+def _make_blank(blank: Path, size_mb: int) -> None:
+    cache_dir = blank.parent
     cache_dir.mkdir(parents=True, exist_ok=True)
     # A name of its own per call: threads of one engine (a create and the warm pool's
     # refill) race here, and a shared name let one truncate the other's half-made image,
@@ -55,7 +74,6 @@ def _formatted_blank(cache_dir: Path, size_mb: int) -> Path:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return blank
 
 
 def check_free(folder: Path, reserve_mb: int) -> None:

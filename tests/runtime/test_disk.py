@@ -28,3 +28,11 @@ def test_blank_image_made_by_racing_threads_is_sound(tmp_path: Path) -> None:
     check = subprocess.run(["e2fsck", "-fn", str(made[0])], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
     assert [p.name for p in tmp_path.iterdir()] == [made[0].name]  # no temp files left
+
+
+def test_a_corrupt_cached_blank_is_made_again(tmp_path: Path) -> None:
+    bad = tmp_path / "blank-64m.img"
+    bad.write_bytes(b"\0" * 4096 + b"not an ext4 superblock" * 100)
+    blank = disk._formatted_blank(tmp_path, 64)  # noqa: SLF001
+    assert blank == bad
+    assert subprocess.run(["e2fsck", "-fn", str(blank)], capture_output=True).returncode == 0
