@@ -12,34 +12,29 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from agent_sandbox.cli.clients import launch_command
 from agent_sandbox.cli.output import CliError, console, note, print_json, want_json
+from agent_sandbox.providers.engine_choice import (
+    DAEMON_GROUP,
+    DEFAULT_DAEMON_SOCKET,
+    probe_daemon,
+)
 
 app = typer.Typer(help="The shared daemon for ordinary users (a systemd service on a unix "
                        "socket): install, uninstall, status.", no_args_is_help=True)
 
 UNIT_NAME = "abx.service"
 DEFAULT_UNIT_DIR = Path("/etc/systemd/system")
-DEFAULT_SOCKET = "/run/abx/abx.sock"
-DEFAULT_GROUP = "abx"
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 UnitDir = Annotated[Path, typer.Option(help="Where the unit file goes (for packaging and "
                                        "tests; systemd reads /etc/systemd/system).")]
 Socket = Annotated[str, typer.Option("--socket", help="The daemon's unix socket.")]
-
-
-def abx_command() -> list[str]:
-    """How to run this very abx: its executable next to the interpreter, or ``-m``."""
-    exe = Path(sys.executable).parent / "abx"
-    if exe.exists():
-        return [str(exe)]
-    return [sys.executable, "-m", "agent_sandbox.cli"]
 
 
 def systemd_problem() -> str | None:
@@ -60,9 +55,9 @@ def systemd_running() -> bool:
     return systemd_problem() is None
 
 
-def unit_text(socket: str = DEFAULT_SOCKET, group: str = DEFAULT_GROUP,
+def unit_text(socket: str = DEFAULT_DAEMON_SOCKET, group: str = DAEMON_GROUP,
               data_dir: str | None = None) -> str:
-    serve = [*abx_command(), "serve", "--unix", socket, "--group", group]
+    serve = [*launch_command(), "serve", "--unix", socket, "--group", group]
     runtime_dir = Path(socket).parent
     lines = [
         "[Unit]",
@@ -104,16 +99,16 @@ def _systemctl(*args: str) -> subprocess.CompletedProcess[str]:
 
 def _need_root(what: str) -> None:
     if os.geteuid() != 0:
-        raise CliError(f"{what} needs root: run `sudo {shlex.join(abx_command())} daemon "
+        raise CliError(f"{what} needs root: run `sudo {shlex.join(launch_command())} daemon "
                        f"{what.split()[-1]}`")
 
 
 @app.command(epilog="Examples:\n\n  sudo abx daemon install\n\n"
                     "  sudo usermod -aG abx alice   # then alice logs in again")
 def install(
-    socket: Socket = DEFAULT_SOCKET,
+    socket: Socket = DEFAULT_DAEMON_SOCKET,
     group: Annotated[str, typer.Option(help="Users in this group may use the daemon.")]
-    = DEFAULT_GROUP,
+    = DAEMON_GROUP,
     unit_dir: UnitDir = DEFAULT_UNIT_DIR,
     data_dir: Annotated[str | None, typer.Option(
         help="Engine state directory for the daemon (default /var/lib/agent-sandbox).")]
@@ -140,7 +135,7 @@ def install(
     problem = systemd_problem()
     result: dict[str, Any] = {"unit": str(unit), "socket": socket, "group": group,
                               "systemd": problem is None, "started": False}
-    manual = f"sudo {shlex.join([*abx_command(), 'serve', '--unix', socket, '--group', group])}"
+    manual = f"sudo {shlex.join([*launch_command(), 'serve', '--unix', socket, '--group', group])}"
     if not start:
         message = f"wrote {unit}; not started (--no-start)"
     elif not result["systemd"]:
@@ -195,8 +190,6 @@ def _socket_state(path: str) -> dict[str, Any]:
     import grp
     import stat
 
-    from agent_sandbox.providers.engine_choice import probe_daemon
-
     info: dict[str, Any] = {"path": path, "exists": os.path.exists(path)}
     if info["exists"]:
         st = os.stat(path)
@@ -228,7 +221,7 @@ def _health(path: str) -> dict[str, Any] | None:
 
 
 @app.command(epilog="Example: abx daemon status --json")
-def status(socket: Socket = DEFAULT_SOCKET, unit_dir: UnitDir = DEFAULT_UNIT_DIR,
+def status(socket: Socket = DEFAULT_DAEMON_SOCKET, unit_dir: UnitDir = DEFAULT_UNIT_DIR,
            json_out: JsonOpt = False) -> None:
     """Is the daemon installed, running, reachable by me? Exit 1 when it is not reachable."""
     unit = unit_dir / UNIT_NAME

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from agent_sandbox.providers.engine_choice import DAEMON_GROUP
+
 
 def serve(
     host: Annotated[str, typer.Option(help="Address to listen on (beyond loopback needs an "
@@ -20,7 +22,7 @@ def serve(
         "socket (group --group, mode 0660); local users are identified by their peer "
         "credentials, no API keys. As a service: `abx daemon install`.")] = None,
     group: Annotated[str, typer.Option(help="Group allowed to use the unix socket (created "
-                                       "if missing when run as root).")] = "abx",
+                                       "if missing when run as root).")] = DAEMON_GROUP,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """Run the sandbox gateway (REST API, OpenAPI at /openapi.json) until interrupted."""

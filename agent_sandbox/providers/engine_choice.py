@@ -16,15 +16,16 @@
 from __future__ import annotations
 
 import errno
-import functools
 import os
-import shutil
 import socket
-import subprocess
 from dataclasses import asdict, dataclass
 from typing import Any
 
+# None when this user can create a user namespace (probed once per process).
+from agent_sandbox.runtime.rootless import userns_problem
+
 DEFAULT_DAEMON_SOCKET = "/run/abx/abx.sock"
+DAEMON_GROUP = "abx"  # users in it may use the daemon
 KINDS = ("embedded", "rootless", "daemon", "remote")
 
 
@@ -63,35 +64,6 @@ def probe_daemon(path: str, timeout: float = 1.0) -> str | None:
                 return f"nothing listens on {path} (the daemon is not running)"
             return f"cannot connect to {path}: {exc.strerror or exc}"
     return None
-
-
-def daemon_reachable(path: str | None = None) -> bool:
-    return probe_daemon(path or daemon_socket()) is None
-
-
-@functools.lru_cache(maxsize=1)
-def _userns_probe() -> str | None:
-    unshare = shutil.which("unshare") or "/usr/bin/unshare"
-    if not os.path.exists(unshare):
-        return "unshare (util-linux) is not installed, so user namespaces cannot be checked"
-    try:
-        proc = subprocess.run([unshare, "--user", "--map-root-user", "true"],
-                              capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"unshare --user failed: {exc}"
-    if proc.returncode != 0:
-        return ("unprivileged user namespaces are disabled here "
-                f"({proc.stderr.strip() or 'unshare --user failed'})")
-    return None
-
-
-def userns_problem() -> str | None:
-    """None when this user can create a user namespace (probed once per process)."""
-    return _userns_probe()
-
-
-def userns_works() -> bool:
-    return userns_problem() is None
 
 
 def _fix(daemon_note: str, userns_note: str) -> str:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from agent_sandbox.errors import SandboxError
+from agent_sandbox.providers.engine_choice import DAEMON_GROUP
 from agent_sandbox.server.keys import KeyStore
 from agent_sandbox.server.serve import serve
 
@@ -45,7 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--unix", default=None, metavar="PATH",
                      help="be the shared daemon on this unix socket instead of TCP "
                           "(peer credentials, no keys)")
-    run.add_argument("--group", default="abx", help="the unix socket's group (default abx)")
+    run.add_argument("--group", default=DAEMON_GROUP,
+                     help=f"the unix socket's group (default {DAEMON_GROUP})")
     run.add_argument("--log-level", default="warning")
     keys = sub.add_parser("keys", help="manage API keys").add_subparsers(dest="action",
                                                                         required=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from agent_sandbox.errors import InvalidArgumentError
 from agent_sandbox.netutil import is_loopback
+from agent_sandbox.providers.engine_choice import DAEMON_GROUP
 from agent_sandbox.server.keys import KeyStore
 
 
@@ -22,7 +23,7 @@ def check_bind(host: str, keys: KeyStore) -> None:
 
 def serve(host: str = "127.0.0.1", port: int = 8080, api_keys_file: str | Path | None = None,
           log_level: str = "warning", *, unix: str | Path | None = None,
-          group: str = "abx") -> None:
+          group: str = DAEMON_GROUP) -> None:
     """Run the gateway until interrupted (what ``abx serve`` calls).
 
     With ``unix`` it is the shared daemon instead: a unix socket of ``group``, local users

@@ -21,10 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from agent_sandbox.errors import InvalidArgumentError, RuntimeUnavailableError
+from agent_sandbox.providers.engine_choice import DAEMON_GROUP, DEFAULT_DAEMON_SOCKET, probe_daemon
 from agent_sandbox.server.keys import KeyStore
 
-DEFAULT_SOCKET = "/run/abx/abx.sock"
-DEFAULT_GROUP = "abx"
 SOCKET_MODE = 0o660
 
 
@@ -44,16 +43,6 @@ def ensure_group(name: str) -> int:
     return grp.getgrnam(name).gr_gid
 
 
-def _alive(path: str) -> bool:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(1.0)
-        try:
-            probe.connect(path)
-        except OSError:
-            return False
-        return True
-
-
 def bind_unix_socket(path: str | Path, group: str | None, mode: int = SOCKET_MODE
                      ) -> socket.socket:
     """A listening unix socket at ``path``, owned by ``group`` with ``mode``.
@@ -67,7 +56,7 @@ def bind_unix_socket(path: str | Path, group: str | None, mode: int = SOCKET_MOD
     if not os.path.isdir(parent):
         os.makedirs(parent, mode=0o755, exist_ok=True)
     if os.path.lexists(path):
-        if _alive(path):
+        if probe_daemon(path) is None:
             raise InvalidArgumentError(f"another daemon already listens on {path}; stop it "
                                        "first (abx daemon status)")
         if not Path(path).is_socket():
@@ -121,7 +110,7 @@ def listening(path: str | Path, group: str | None, mode: int = SOCKET_MODE
                 os.unlink(path)
 
 
-def serve_unix(path: str | Path = DEFAULT_SOCKET, *, group: str = DEFAULT_GROUP,
+def serve_unix(path: str | Path = DEFAULT_DAEMON_SOCKET, *, group: str = DAEMON_GROUP,
                api_keys_file: str | Path | None = None, log_level: str = "warning") -> None:
     """Run the daemon on ``path`` until interrupted (what ``abx serve --unix`` calls)."""
     import uvicorn
