@@ -32,13 +32,6 @@ UNIX_SCHEME = "unix://"
 _LIMITS = httpx.Limits(max_connections=200, max_keepalive_connections=50)
 
 
-def _decode(status: int, body: bytes, retry_after: str | None) -> SandboxError:
-    exc = decode_error(status, body, retry_after)
-    if status == 403 and not isinstance(exc, PermissionDeniedError):
-        return PermissionDeniedError(exc.message, details=exc.details)
-    return exc
-
-
 def unix_socket_path(base_url: str) -> str | None:
     """The socket path of a ``unix:///path`` base URL, or None for an http(s) URL."""
     if not base_url.startswith(UNIX_SCHEME):
@@ -116,8 +109,8 @@ class Transport:
         """A JSON call: the decoded body (None for 204), or the error it stands for."""
         response = self._send(method, url, stream=False, replayable=replayable, **kw)
         if response.status_code >= 400:
-            raise _decode(response.status_code, response.content,
-                          response.headers.get("retry-after"))
+            raise decode_error(response.status_code, response.content,
+                               response.headers.get("retry-after"))
         if response.status_code == 204 or not response.content:
             return None
         return response.json()
@@ -131,7 +124,7 @@ class Transport:
                 body = response.read()
             finally:
                 response.close()
-            raise _decode(response.status_code, body, response.headers.get("retry-after"))
+            raise decode_error(response.status_code, body, response.headers.get("retry-after"))
         return response
 
     def ndjson(self, method: str, url: str, on_event: Callable[[dict[str, Any]], None],
