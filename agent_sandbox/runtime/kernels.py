@@ -48,9 +48,7 @@ if TYPE_CHECKING:
     from agent_sandbox.runtime.store import SandboxRow
     from agent_sandbox.runtime.templates import Template
 
-DEFAULT_CONTEXT = "default"
 CODE_TEMPLATE = "code-interpreter-v1"
-_CONTEXT_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
 _PORTS = {"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5}
 _READY_TIMEOUT = 60.0  # a kernel on a small CPU share under load can take a while
 _LIVENESS_EVERY = 1.0  # seconds of silence between checks that the kernel still runs
@@ -146,7 +144,7 @@ class Kernels:
             raise InvalidArgumentError("code must be a string")
         _check_language(language)
         timeout = validate.positive(timeout, "timeout", maximum=86400) or 60.0
-        ctx = _check_context(context)
+        ctx = validate.code_context(context)
         row = self.engine._row(sandbox_id)  # noqa: SLF001
         tmpl = self._kernel_template(row)
         with self._lock((sandbox_id, ctx)):
@@ -191,7 +189,7 @@ class Kernels:
 
     def restart_context(self, sandbox_id: str, context: str | None = None) -> None:
         """A fresh kernel for the context: its variables are gone, its cwd kept."""
-        ctx = _check_context(context)
+        ctx = validate.code_context(context)
         row = self.engine._row(sandbox_id)  # noqa: SLF001
         tmpl = self._kernel_template(row)
         with self._lock((sandbox_id, ctx)):
@@ -231,7 +229,7 @@ class Kernels:
         state = self._load(sandbox_id, ctx)
         if state is not None:
             return state
-        if ctx != DEFAULT_CONTEXT:
+        if ctx != validate.DEFAULT_CONTEXT:
             raise NotFoundError(f"code context {ctx!r} not found in sandbox {sandbox_id} "
                                 "(create one with create_code_context)")
         return _State(context=ctx, cwd=tmpl.workdir, key=secrets.token_hex(32))
@@ -544,11 +542,3 @@ def _check_language(language: str) -> None:
                                    "interpreter runs python")
 
 
-def _check_context(context: str | CodeContext | None) -> str:
-    if isinstance(context, CodeContext):
-        context = context.id
-    if context is None:
-        return DEFAULT_CONTEXT
-    if not isinstance(context, str) or not _CONTEXT_RE.match(context):
-        raise InvalidArgumentError(f"invalid code context id {context!r}")
-    return context

@@ -6,9 +6,12 @@ import re
 from typing import Any
 
 from agent_sandbox.errors import InvalidArgumentError
+from agent_sandbox.models import CodeContext
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SANDBOX_ID = re.compile(r"^sbx-[a-z0-9]{10}$")
+_CODE_CONTEXT = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
+DEFAULT_CONTEXT = "default"
 
 
 def sandbox_id(value: Any) -> str:
@@ -17,6 +20,17 @@ def sandbox_id(value: Any) -> str:
             f"invalid sandbox id {value!r}: ids look like 'sbx-' followed by 10 lowercase "
             "letters or digits (see list_sandboxes)"
         )
+    return value
+
+
+def code_context(value: Any) -> str:
+    """A code context id (or a ``CodeContext``); None is the ``default`` context."""
+    if isinstance(value, CodeContext):
+        value = value.id
+    if value is None:
+        return DEFAULT_CONTEXT
+    if not isinstance(value, str) or not _CODE_CONTEXT.match(value):
+        raise InvalidArgumentError(f"invalid code context id {value!r}")
     return value
 
 

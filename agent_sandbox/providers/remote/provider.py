@@ -7,7 +7,6 @@ behaves the same against either.
 from __future__ import annotations
 
 import base64
-import re
 import signal
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
@@ -33,9 +32,6 @@ from agent_sandbox.providers.remote.transport import Transport, iter_bytes
 from agent_sandbox.runtime import validate
 
 _CHUNK = 1 << 20
-# The engine's rule for context ids: checked here too, as an id with a "/" would be a
-# different URL (a 404) where the engine says "invalid".
-_CONTEXT_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
 
 
 def _stdin_fields(data: str | bytes | None, key: str = "stdin") -> dict[str, Any]:
@@ -62,16 +58,6 @@ def _body_chunks(data: bytes | str | Iterable[bytes] | IO[bytes]) -> bytes | Ite
 
         return from_file()
     return (bytes(c) for c in data)  # type: ignore[union-attr]
-
-
-def _context_id(context: str | CodeContext | None, *, allow_none: bool) -> str | None:
-    if isinstance(context, CodeContext):
-        context = context.id
-    if context is None:
-        return None if allow_none else "default"
-    if not isinstance(context, str) or not _CONTEXT_RE.match(context):
-        raise InvalidArgumentError(f"invalid code context id {context!r}")
-    return context
 
 
 class RemoteProvider:
@@ -230,7 +216,7 @@ class RemoteProvider:
             raise InvalidArgumentError("code must be a string")
         url = self._sb(sandbox_id, "/code")
         body = {"code": code, "language": language, "timeout": timeout,
-                "context": _context_id(context, allow_none=True)}
+                "context": validate.code_context(context)}
         if not (on_stdout or on_stderr or on_result):
             return Execution(**self._call("POST", url, json=body, replayable=False))
         results: list[Result] = []
@@ -258,7 +244,8 @@ class RemoteProvider:
 
     def restart_code_context(self, sandbox_id: str,
                              context: str | CodeContext | None = None) -> None:
-        ctx = _context_id(context, allow_none=False)
+        # Checked here too: an id with a "/" would be another URL (a 404), not "invalid".
+        ctx = validate.code_context(context)
         self._call("POST", self._sb(sandbox_id, f"/code/contexts/{ctx}/restart"),
                    replayable=False)
 
