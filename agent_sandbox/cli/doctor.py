@@ -100,9 +100,7 @@ def check_subids() -> Check:
                      f"{', '.join(clash)} (those users' containers share host ids with "
                      "root-engine sandboxes)", "move those ranges: usermod --del-subuids/"
                      "--add-subuids (and the subgid options)", required=False)
-    reserved = all(any(line.startswith(f"{subids.OWNER}:") for line in
-                       _read(str(path)).splitlines()) for path in subids.FILES)
-    if not reserved:
+    if not all(subids.reserved(_read(str(path))) for path in subids.FILES):
         return Check("subordinate ids", False, f"{span} is not reserved in /etc/subuid and "
                      "/etc/subgid: useradd may hand it to the next user",
                      "as root: python -m agent_sandbox.runtime.subids", required=False)

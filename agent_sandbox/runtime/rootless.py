@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_sandbox.errors import RuntimeUnavailableError
+from agent_sandbox.runtime import disk, subids
 from agent_sandbox.runtime.config import Limits
 
 _SUB_SIZE = 65535  # container ids 1..65535, as the root engine's 65536-id range
@@ -59,15 +60,9 @@ class IdMap:
 
 
 def _sub_range(path: Path, name: str, uid: int) -> tuple[int, int] | None:
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        parts = line.strip().split(":")
-        if len(parts) == 3 and parts[0] in (name, str(uid)) and parts[1].isdigit() \
-                and parts[2].isdigit() and int(parts[2]) > 0:
-            return int(parts[1]), min(int(parts[2]), _SUB_SIZE)
+    for owner, start, size in subids.ranges(_read(str(path))):
+        if owner in (name, str(uid)) and size > 0:
+            return start, min(size, _SUB_SIZE)
     return None
 
 
@@ -225,6 +220,6 @@ def remove_tree(path: Path) -> None:
 
 def make_volume(folder: Path) -> None:
     """A directory volume: ``sys/`` (system layer uppers) and ``workspace/``."""
-    for name in ("sys", "workspace"):
+    for name in (disk.SYSTEM, disk.WORKSPACE):
         (folder / name).mkdir(parents=True, exist_ok=True)
     os.chmod(folder, 0o700)

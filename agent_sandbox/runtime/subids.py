@@ -24,7 +24,8 @@ FILES = (Path("/etc/subuid"), Path("/etc/subgid"))
 log = logging.getLogger(__name__)
 
 
-def _ranges(text: str) -> list[tuple[str, int, int]]:
+def ranges(text: str) -> list[tuple[str, int, int]]:
+    """The ``name:start:size`` entries of an /etc/subuid or /etc/subgid text."""
     out = []
     for line in text.splitlines():
         parts = line.strip().split(":")
@@ -39,8 +40,13 @@ def overlaps(path: Path, base: int = HOST_ID_BASE, count: int = HOST_ID_COUNT) -
         text = path.read_text()
     except OSError:
         return []
-    return [f"{name}:{start}:{size}" for name, start, size in _ranges(text)
+    return [f"{name}:{start}:{size}" for name, start, size in ranges(text)
             if name != OWNER and start < base + count and base < start + size]
+
+
+def reserved(text: str) -> bool:
+    """Does this subuid/subgid text hold our reservation?"""
+    return any(name == OWNER for name, _, _ in ranges(text))
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -83,7 +89,7 @@ def reserve(files: tuple[Path, ...] = FILES) -> list[str]:
                 f"{HOST_ID_BASE}-{HOST_ID_BASE + HOST_ID_COUNT - 1}: that user's rootless "
                 f"containers would share host ids with root-engine sandboxes; move the "
                 f"range (usermod --del-subuids/--add-subuids, --del-subgids/--add-subgids)")
-        if any(name == OWNER for name, _, _ in _ranges(text)):
+        if reserved(text):
             continue
         if text and not text.endswith("\n"):
             text += "\n"
