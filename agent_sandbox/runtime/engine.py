@@ -155,6 +155,12 @@ class Engine:
         else:
             disk.attach(self._volume_image(row.volume_id), self._dir(row.id) / "disk")
 
+    def _remove_volume_files(self, volume_id: str) -> None:
+        if self.rootless:
+            rootless.remove_tree(self._volume_image(volume_id))
+        else:
+            self._volume_image(volume_id).unlink(missing_ok=True)
+
     def _remove_tree(self, path: Path) -> None:
         if self.rootless:
             rootless.remove_tree(path)
@@ -253,8 +259,8 @@ class Engine:
             raise InvalidArgumentError("disk_mb must be at least 16")
         envs = validate.envs(envs)
         metadata = validate.metadata(metadata)
-        if network and self.rootless and rootless.network_problem():
-            raise RuntimeUnavailableError(str(rootless.network_problem()))
+        if network and self.rootless and (problem := rootless.network_problem()):
+            raise RuntimeUnavailableError(problem)
         if (volume is None and not network and limits == self.config.limits
                 and tmpl.name in self.config.pool_templates and self.config.pool_size > 0):
             claimed = self._claim_pooled(tmpl.name, timeout=float(timeout),
@@ -292,9 +298,8 @@ class Engine:
         try:
             if new_volume:
                 disk_mb = row.limits["disk_mb"]
-                if self.rootless:  # a directory: no size limit without root
+                if self.rootless:  # a directory (made as it boots): no size limit
                     disk.check_free(self._volumes_dir, self.config.host_reserve_mb)
-                    rootless.make_volume(self._volume_image(row.volume_id))
                 else:
                     disk.create_image(self._volume_image(row.volume_id), disk_mb,
                                       self.config.data_dir / "blank",
@@ -483,35 +488,25 @@ class Engine:
             except (ProcessLookupError, PermissionError):
                 pass
         volume = self.store.get_volume(row.volume_id)
-        if self.rootless:
-            if delete_volume:
-                rootless.remove_tree(self._volume_image(row.volume_id))
-                if volume is not None and volume.attached_to == row.id:
-                    self.store.delete_volume(row.volume_id)
-            else:
+        if self.rootless:  # nothing mounted on the host: the volume is a directory
+            if not delete_volume:
                 rootfs.wipe_system_layer(self._disk(row) / disk.SYSTEM, rootless=True)
-                if volume is not None:
-                    self.store.upsert_volume(VolumeRow(volume.id, volume.size_mb,
-                                                       volume.created_at, ""))
-            rootless.remove_tree(sbdir)
-            self.store.delete_sandbox(row.id)
-            return
-        rootfs.unmount_rootfs(sbdir / "rootfs")
-        mnt = sbdir / "disk"
-        if delete_volume:
-            disk.detach(mnt)
-            self._volume_image(row.volume_id).unlink(missing_ok=True)
-            if volume is not None and volume.attached_to == row.id:
-                self.store.delete_volume(row.volume_id)
         else:
-            if os.path.ismount(mnt):
+            rootfs.unmount_rootfs(sbdir / "rootfs")
+            mnt = sbdir / "disk"
+            if not delete_volume and os.path.ismount(mnt):
                 rootfs.wipe_system_layer(mnt / disk.SYSTEM)
             disk.detach(mnt)
-            if volume is not None:
-                self.store.upsert_volume(VolumeRow(volume.id, volume.size_mb,
-                                                   volume.created_at, ""))
-        rootfs.unmount_rootfs(sbdir)  # the run tmpfs, and anything left over
-        shutil.rmtree(sbdir, ignore_errors=True)
+        if delete_volume:
+            self._remove_volume_files(row.volume_id)
+            if volume is not None and volume.attached_to == row.id:
+                self.store.delete_volume(row.volume_id)
+        elif volume is not None:
+            self.store.upsert_volume(VolumeRow(volume.id, volume.size_mb,
+                                               volume.created_at, ""))
+        if not self.rootless:
+            rootfs.unmount_rootfs(sbdir)  # the run tmpfs, and anything left over
+        self._remove_tree(sbdir)
         self.store.delete_sandbox(row.id)
 
     def _row(self, sandbox_id: str) -> SandboxRow:
@@ -601,10 +596,7 @@ class Engine:
             raise NotFoundError(f"volume {volume_id!r} not found")
         if found.attached_to:
             raise WrongStateError(f"volume {volume_id} is attached to {found.attached_to}")
-        if self.rootless:
-            rootless.remove_tree(self._volume_image(volume_id))
-        else:
-            self._volume_image(volume_id).unlink(missing_ok=True)
+        self._remove_volume_files(volume_id)
         self.store.delete_volume(volume_id)
 
     # the guest --------------------------------------------------------------------------
