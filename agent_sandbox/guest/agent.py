@@ -1,6 +1,7 @@
 """Guest agent: PID 1 inside every sandbox, serving exec and file operations.
 
-Run as ``python3 -I -S /.abx/guest/agent.py --unix /run/abx/guest.sock`` or
+Run as ``python3 -I -S /.abx/guest/agent.py --listen-fd 3`` (a listener the host made),
+``--unix /run/abx/guest.sock`` or
 ``--tcp HOST:PORT`` (token from env ``ABX_GUEST_TOKEN``). Stdlib only, Python >= 3.9,
 and it imports nothing from ``agent_sandbox`` because it runs on the template's python3.
 One request per connection; see ``protocol.py`` for the framing.
@@ -33,6 +34,7 @@ FINISHED_KEPT = 256
 MAX_OUTPUT_CAP = 64 << 20
 SUB_BACKLOG = 8 << 20  # per-subscriber undelivered bytes before oldest chunks are dropped
 LIST_CAP = 10000
+LIST_JSON_CAP = 6 << 20  # stay under what the host reads in one frame (8 MiB)
 REQUEST_TIMEOUT = 60.0  # waiting for hello/request frames
 STREAM_TIMEOUT = 300.0  # between upload/stdin frames
 EXIT_DRAIN = 0.2  # after exit, keep streaming already-readable output at most this long
@@ -958,6 +960,7 @@ class Agent:
         entries: List[Dict[str, Any]] = []
         stack = [(root, 1)]
         truncated = False
+        size = 0
         while stack and not truncated:
             directory, level = stack.pop()
             try:
@@ -969,13 +972,15 @@ class Agent:
                 continue  # unreadable subdirectory: skip it
             subdirs = []
             for child in children:
-                if len(entries) >= LIST_CAP:
+                if len(entries) >= LIST_CAP or size >= LIST_JSON_CAP:
                     truncated = True
                     break
                 try:
-                    entries.append(_entry(child.path, child.stat(follow_symlinks=False)))
+                    entry = _entry(child.path, child.stat(follow_symlinks=False))
                 except OSError:
                     continue  # vanished while listing
+                entries.append(entry)
+                size += len(proto.encode_json(entry)) + 1
                 if level < depth and child.is_dir(follow_symlinks=False):
                     subdirs.append((child.path, level + 1))
             stack.extend(reversed(subdirs))
@@ -1091,10 +1096,26 @@ def _listen_tcp(spec: str) -> socket.socket:
     return srv
 
 
+def _listen_fd(spec: str) -> socket.socket:
+    # A listener the host bound in a directory of its own and handed over (runc
+    # --preserve-fds): the host knows what it connects to, whatever happens in here.
+    srv = socket.socket(fileno=int(spec))
+    os.set_inheritable(srv.fileno(), False)
+    return srv
+
+
+def _quiet_stdio() -> None:
+    # The host reads our output only until we are ready, then closes its end.
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+
+
 def _parse_args(argv: List[str]) -> Tuple[str, str]:
     # Hand-rolled: argparse costs several ms of startup.
-    usage = "usage: agent.py (--unix PATH | --tcp HOST:PORT)"
-    if len(argv) != 2 or argv[0] not in ("--unix", "--tcp"):
+    usage = "usage: agent.py (--listen-fd N | --unix PATH | --tcp HOST:PORT)"
+    if len(argv) != 2 or argv[0] not in ("--listen-fd", "--unix", "--tcp"):
         sys.stderr.write(usage + "\n")
         raise SystemExit(2)
     return argv[0][2:], argv[1]
@@ -1128,7 +1149,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     # GIL switch interval shows up directly in the round trip.
     sys.setswitchinterval(0.0002)
     agent = Agent(token)
-    srv = _listen_unix(where) if kind == "unix" else _listen_tcp(where)
+    listen = {"listen-fd": _listen_fd, "unix": _listen_unix, "tcp": _listen_tcp}[kind]
+    srv = listen(where)
 
     def on_term(signum: int, frame: Any) -> None:
         agent.table.kill_all()
@@ -1147,6 +1169,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     shown = f"{addr[0]}:{addr[1]}" if kind == "tcp" else where
     sys.stdout.write(f"abx-guest ready {kind} {shown} pid={os.getpid()}\n")
     sys.stdout.flush()
+    if kind == "listen-fd":
+        _quiet_stdio()
     _serve(agent, srv, kind == "tcp")
 
 

@@ -31,9 +31,13 @@ class ProtocolError(Exception):
     """The peer sent something that is not a valid frame; the connection must be closed."""
 
 
+def encode_json(obj: Any) -> bytes:
+    return _dumps(obj).encode("utf-8")
+
+
 def encode_frame(obj: Dict[str, Any], payload: bytes = b"") -> Tuple[bytes, bytes]:
     """Return (header + JSON, payload) after checking the size caps."""
-    data = _dumps(obj).encode("utf-8")
+    data = encode_json(obj)
     if len(data) > MAX_JSON or len(payload) > MAX_BIN:
         raise ProtocolError(f"frame too large: json={len(data)} bin={len(payload)}")
     return HEADER.pack(len(data), len(payload)) + data, payload
@@ -56,15 +60,16 @@ def _read_exact(rfile: BinaryIO, n: int, what: str) -> bytes:
     return data
 
 
-def read_frame(rfile: BinaryIO) -> Optional[Frame]:
-    """Read one frame from a buffered binary file; None on a clean EOF between frames."""
+def read_frame(rfile: BinaryIO, max_json: int = MAX_JSON) -> Optional[Frame]:
+    """Read one frame from a buffered binary file; None on a clean EOF between frames.
+    ``max_json`` lets a reader that trusts its peer less take less."""
     head = rfile.read(HEADER.size)
     if not head:
         return None
     if len(head) != HEADER.size:
         raise ProtocolError("connection closed in the middle of a frame header")
     json_len, bin_len = HEADER.unpack(head)
-    if json_len > MAX_JSON or bin_len > MAX_BIN:
+    if json_len > min(max_json, MAX_JSON) or bin_len > MAX_BIN:
         raise ProtocolError(f"frame exceeds limits: json={json_len} bin={bin_len}")
     raw = _read_exact(rfile, json_len, "json")
     try:

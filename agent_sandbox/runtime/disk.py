@@ -25,6 +25,7 @@ from agent_sandbox.runtime.config import HOST_ID_BASE
 _LOOP_CTL_GET_FREE = 0x4C82
 _LOOP_CONFIGURE = 0x4C0A
 _LO_FLAGS_AUTOCLEAR = 4
+_MS_NOSUID = 2
 _MS_NODEV = 4
 _MS_NOATIME = 1024
 
@@ -109,7 +110,8 @@ def _mount_via_loop(image: Path, mountpoint: Path) -> None:
                 try:
                     config = struct.pack("=II", backing, 0) + _loop_info(image) + bytes(64)
                     fcntl.ioctl(dev_fd, _LOOP_CONFIGURE, config)
-                    syscalls.mount(device, str(mountpoint), "ext4", _MS_NODEV | _MS_NOATIME)
+                    syscalls.mount(device, str(mountpoint), "ext4",
+                                   _MS_NOSUID | _MS_NODEV | _MS_NOATIME)
                     return
                 except OSError as exc:
                     if exc.errno != errno.EBUSY:  # another process took it: try the next

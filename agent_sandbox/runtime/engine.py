@@ -8,6 +8,7 @@ keeps its state in SQLite and the sandbox directories, so any number of engine p
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -17,6 +18,7 @@ import select
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -28,6 +30,7 @@ from agent_sandbox.errors import (
     InvalidArgumentError,
     NotFoundError,
     RuntimeUnavailableError,
+    SandboxTimeoutError,
     WrongStateError,
 )
 from agent_sandbox.models import (
@@ -52,16 +55,23 @@ from agent_sandbox.runtime import (
     validate,
 )
 from agent_sandbox.runtime.config import HOST_ID_BASE, EngineConfig, Limits
-from agent_sandbox.runtime.guest_client import ExecResult, GuestClient, GuestUnavailableError
+from agent_sandbox.runtime.guest_client import (
+    ExecResult,
+    GuestClient,
+    GuestProtocolError,
+    GuestUnavailableError,
+)
 from agent_sandbox.runtime.kernels import Kernels
 from agent_sandbox.runtime.oci import DEFAULT_PATH, BundleSpec, build_config
 from agent_sandbox.runtime.runc import Runc
 from agent_sandbox.runtime.store import SandboxRow, Store, VolumeRow
-from agent_sandbox.runtime.templates import Template, TemplateStore
+from agent_sandbox.runtime.templates import GuestPython, Template, TemplateStore, host_python
 
 GUEST_DIR = Path(__file__).resolve().parent.parent / "guest"
 _ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 _READY_TIMEOUT = 15.0
+_CONTROL_TIMEOUT = 10.0  # freeze/thaw answers, under the sandbox's lock
+_GUEST_OUTPUT_KEPT = 8192  # of what a guest prints before it is ready, for error messages
 # last_used is written at most this often per sandbox: idle timeouts are seconds long,
 # and a write per exec is a measurable share of a 5 ms round trip.
 _TOUCH_EVERY = 1.0
@@ -96,11 +106,12 @@ class Engine:
             subids.reserve()  # keep useradd's subordinate ranges off our host ids
         self.config = config or EngineConfig()
         data = self.config.data_dir
-        # Root: 0711, the sandboxes' unprivileged root must traverse to its rootfs, never
-        # list. Rootless: the sandboxes' root is the user; nobody else needs in.
+        # Root: the sandboxes' unprivileged root (group HOST_ID_BASE) must traverse to its
+        # rootfs; no other host user may enter (setuid files, sockets, disks below).
+        # Rootless: the sandboxes' root is the user; nobody else needs in.
         for path in (data, self.config.sandboxes_dir):
             path.mkdir(parents=True, exist_ok=True)
-            os.chmod(path, 0o700 if self.rootless else 0o711)
+            _private_dir(path, rootless=self.rootless)
         self._volumes_dir.mkdir(mode=0o700, exist_ok=True)
         if not self.rootless:
             self.config.idmap_dir.mkdir(mode=0o700, exist_ok=True)
@@ -114,6 +125,7 @@ class Engine:
         self.views = None if self.rootless else rootfs.IdmapViews(self.config.idmap_dir)
         self._locks: dict[str, threading.RLock] = {}
         self._locks_guard = threading.Lock()
+        self._guest_interpreter: GuestPython | None = None
         self._stop = threading.Event()
         self._pool_wake = threading.Event()
         self._code = Kernels(self)
@@ -185,7 +197,9 @@ class Engine:
                 "pause": "cgroup freezer", "network": "none, or slirp4netns (network=True)"}
 
     def _socket(self, sandbox_id: str) -> str:
-        return str(self._dir(sandbox_id) / "run" / "guest.sock")
+        """The guest's listener: bound by the host in the sandbox's host-only directory
+        (never in anything the sandbox can see), handed to the guest as fd 3."""
+        return str(self._dir(sandbox_id) / "guest.sock")
 
     def _lock(self, sandbox_id: str) -> threading.RLock:
         with self._locks_guard:
@@ -290,7 +304,8 @@ class Engine:
 
     def _make(self, row: SandboxRow, *, new_volume: bool, final_state: str) -> None:
         sbdir = self._dir(row.id)
-        sbdir.mkdir()
+        sbdir.mkdir(mode=0o700)
+        _private_dir(sbdir, rootless=self.rootless)
         # Held for the whole create: recovery treats an unlocked "creating" row as a crash.
         create_lock = open(sbdir / "create.lock", "w")  # noqa: SIM115
         fcntl.flock(create_lock, fcntl.LOCK_EX)
@@ -404,23 +419,52 @@ class Engine:
                                f"size=4m,nr_inodes=1024,mode=0700,uid={HOST_ID_BASE},"
                                f"gid={HOST_ID_BASE}")
             extra, guest_env = {}, []
-        sock = Path(self._socket(row.id))
-        sock.unlink(missing_ok=True)
-        tmpl = self._template_for(row)
+        # The guest runs on the host's python from a read-only view of the host's /usr,
+        # never on anything in the sandbox's writable layers.
+        guest = self._guest_python()
         spec = BundleSpec(
             sandbox_id=row.id, rootfs=str(sbdir / "rootfs"),
             workspace=str(self._disk(row) / disk.WORKSPACE), run_dir=str(run_dir),
-            guest_dir=str(GUEST_DIR), python=tmpl.python, limits=limits,
-            network=row.network, extra_mounts=tuple(tmpl.mounts), **extra,
+            guest_dir=str(GUEST_DIR), python=guest.argv, limits=limits,
+            network=row.network, extra_mounts=tuple(guest.mounts),
+            empty_file=str(self._empty_file()), **extra,
         )
         config = build_config(spec)
-        config["process"]["env"] += [f"{k}={v}" for k, v in tmpl.python_env.items()]
+        config["process"]["env"] += [f"{k}={v}" for k, v in guest.env.items()]
         config["process"]["env"] += guest_env
         (sbdir / "config.json").write_text(json.dumps(config))
-        self.runc.run_detached(row.id, sbdir, run_dir / "guest.log")
-        self._wait_ready(row.id)
+        listener = _listen(self._socket(row.id))
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            try:
+                self.runc.run_detached(row.id, sbdir, listener.fileno(), out_w)
+            finally:
+                os.close(out_w)
+                listener.close()  # the guest holds it now; dies with the container
+            self._wait_ready(row.id, out_r)
+        finally:
+            os.close(out_r)  # the guest's later output goes nowhere
         if row.network:
             self._start_network(row)
+
+    def _guest_python(self) -> GuestPython:
+        if self._guest_interpreter is None:
+            self._guest_interpreter = host_python()
+        return self._guest_interpreter
+
+    def _empty_file(self) -> Path:
+        """A host-owned empty read-only file, mounted over what no sandbox may feed the
+        guest's loader (/etc/ld.so.preload)."""
+        path = self.config.data_dir / "empty"
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o444)
+            os.close(fd)
+        return path
+
+    def _control(self, sandbox_id: str) -> GuestClient:
+        """For calls made under the sandbox's lock: a guest that stalls must not hold the
+        lock (and the reaper) for long."""
+        return GuestClient(self._socket(sandbox_id), io_timeout=_CONTROL_TIMEOUT)
 
     def _template_for(self, row: SandboxRow) -> Template:
         try:
@@ -430,27 +474,30 @@ class Engine:
             # in the row; the guest interpreter falls back to the default.
             return Template(name=row.template, kind="gone", layers=[])
 
-    def _wait_ready(self, sandbox_id: str) -> None:
-        sock = self._socket(sandbox_id)
+    def _wait_ready(self, sandbox_id: str, output: int) -> None:
+        """Until the guest answers a ping. The listener exists before the guest runs,
+        so a connection waits in its backlog (no polling for a file); a refused one
+        means the guest is gone. What the guest printed meanwhile (read from a pipe,
+        bounded) explains a failure."""
         deadline = time.monotonic() + _READY_TIMEOUT
-        client = GuestClient(sock, connect_timeout=1.0)
-        delay = 0.001
+        client = GuestClient(self._socket(sandbox_id), connect_timeout=1.0)
+        printed = bytearray()
+        os.set_blocking(output, False)
         while True:
-            if os.path.exists(sock):
-                try:
-                    client.ping()
-                    return
-                except GuestUnavailableError:
-                    pass
-            if time.monotonic() > deadline:
-                log = self._dir(sandbox_id) / "run" / "guest.log"
-                tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            left = deadline - time.monotonic()
+            try:
+                client.ping_within(max(0.01, min(left, 1.0)))
+                return
+            except (GuestUnavailableError, SandboxTimeoutError) as exc:
+                gone = isinstance(exc, GuestUnavailableError) and "refused" in str(exc)
+            _read_some(output, printed, _GUEST_OUTPUT_KEPT)
+            if gone or time.monotonic() > deadline:
+                text = _printable(printed.decode("utf-8", errors="replace"))[-2000:]
+                why = "exited" if gone else f"did not start within {_READY_TIMEOUT:.0f}s"
                 raise RuntimeUnavailableError(
-                    f"sandbox {sandbox_id} did not start within {_READY_TIMEOUT:.0f}s; "
-                    f"guest log: {tail.strip() or '(empty)'}"
-                )
-            time.sleep(delay)
-            delay = min(delay * 1.5, 0.02)
+                    f"sandbox {sandbox_id}'s guest {why}; its output: {text.strip() or '(none)'}")
+            if not gone:
+                time.sleep(0.002)
 
     def _start_network(self, row: SandboxRow) -> None:
         """User-mode networking (slirp4netns): outbound only, host loopback unreachable."""
@@ -547,7 +594,7 @@ class Engine:
                 return self._info(row)
             self._ensure_container(row)
             if self.rootless:
-                GuestClient(self._socket(sandbox_id)).freeze()
+                self._control(sandbox_id).freeze()
             else:
                 self.runc.pause(sandbox_id)
             self.store.update_sandbox(sandbox_id, state="paused")
@@ -625,7 +672,7 @@ class Engine:
                 if self._ensure_container(row) == "paused":
                     self.runc.resume(sandbox_id)
                 elif self.rootless and row.state == "paused":
-                    GuestClient(self._socket(sandbox_id)).thaw()
+                    self._control(sandbox_id).thaw()
                 self.store.update_sandbox(sandbox_id, state="running", last_used=time.time())
         elif time.time() - row.last_used > _TOUCH_EVERY:
             self.store.touch(sandbox_id)
@@ -633,17 +680,25 @@ class Engine:
 
     def _call(self, sandbox_id: str, fn: Callable[[GuestClient], Any],
               row: SandboxRow | None = None) -> Any:
-        """Run a guest operation; if the guest is gone (OOM, crash), reboot it once."""
+        """Run a guest operation; if the guest is gone (OOM, crash), reboot it once. A
+        guest that breaks the protocol is stopped: the next call boots a genuine one."""
         client = self._guest(sandbox_id, row)
         try:
-            return fn(client)
-        except GuestUnavailableError:
-            row = self._row(sandbox_id)
-            state = self.runc.state(sandbox_id)
-            if state and state["status"] in ("running", "paused"):
-                raise
-            self._ensure_container(row)
-            return fn(GuestClient(self._socket(sandbox_id)))
+            try:
+                return fn(client)
+            except GuestUnavailableError:
+                row = self._row(sandbox_id)
+                state = self.runc.state(sandbox_id)
+                if state and state["status"] in ("running", "paused"):
+                    raise
+                self._ensure_container(row)
+                return fn(GuestClient(self._socket(sandbox_id)))
+        except GuestProtocolError as exc:
+            with self._lock(sandbox_id):
+                self._code.forget(sandbox_id)
+                self.runc.delete(sandbox_id)
+            raise GuestProtocolError(f"sandbox {sandbox_id} misbehaved and was stopped ({exc}); "
+                                     "its next use restarts it, without its processes") from None
 
     def _env(self, row: SandboxRow, extra: dict[str, str] | None) -> dict[str, str]:
         tmpl = self._template_for(row)
@@ -692,7 +747,7 @@ class Engine:
 
     def process_output(self, sandbox_id: str, pid: int) -> ProcessOutput:
         pid = validate.positive(pid, "pid", allow_none=False, integer=True)
-        out = self._call(sandbox_id, lambda g: g.output(pid))
+        out = self._call(sandbox_id, lambda g: g.output(pid, self.config.max_output))
         return ProcessOutput(pid=pid, stdout=_decode(out.stdout), stderr=_decode(out.stderr),
                              running=out.running, exit_code=out.exit_code,
                              truncated=out.truncated)
@@ -719,9 +774,7 @@ class Engine:
 
     def processes(self, sandbox_id: str) -> list[ProcessInfo]:
         procs = self._call(sandbox_id, lambda g: g.ps())
-        return [ProcessInfo(pid=p["pid"], cmd=_argv_text(p["argv"]), running=p["running"],
-                            exit_code=p.get("exit_code"), started_at=p.get("started_at", 0))
-                for p in procs]
+        return [_process(p) for p in procs]
 
     def custom(self, sandbox_id: str, name: str, args: list[str] | None = None,
                **kw: Any) -> CommandResult:
@@ -769,8 +822,7 @@ class Engine:
         if not isinstance(offset, int) or offset < 0:
             raise InvalidArgumentError(f"offset must be a whole number >= 0, got {offset!r}")
         limit = validate.positive(limit, "limit", integer=True)
-        client = self._guest(sandbox_id)
-        chunks = client.read(path, offset=offset, limit=limit)
+        chunks = self._call(sandbox_id, lambda g: g.read(path, offset=offset, limit=limit))
         # Pull the first chunk now so errors (missing file) surface at the call site.
         first = next(chunks, None)
 
@@ -788,28 +840,33 @@ class Engine:
             raise InvalidArgumentError(f"mode must be a permission number such as 0o644, "
                                        f"got {mode!r}")
         payload = data.encode() if isinstance(data, str) else data
-        return self._guest(sandbox_id).write(path, payload, mode=mode)
+        return self._call(sandbox_id, lambda g: g.write(path, payload, mode=mode))
 
     def list_files(self, sandbox_id: str, path: str, depth: int = 1) -> list[EntryInfo]:
         path = validate.path(path)
         depth = validate.positive(depth, "depth", allow_none=False, integer=True, maximum=64)
-        return [_entry(e) for e in self._guest(sandbox_id).list(path, depth=depth)]
+        return [_entry(e) for e in self._call(sandbox_id, lambda g: g.list(path, depth=depth))]
 
     def stat(self, sandbox_id: str, path: str) -> EntryInfo:
-        return _entry(self._guest(sandbox_id).stat(validate.path(path)))
+        path = validate.path(path)
+        return _entry(self._call(sandbox_id, lambda g: g.stat(path)))
 
     def exists(self, sandbox_id: str, path: str) -> bool:
-        return self._guest(sandbox_id).exists(validate.path(path))
+        path = validate.path(path)
+        return self._call(sandbox_id, lambda g: g.exists(path))
 
     def make_dir(self, sandbox_id: str, path: str) -> None:
-        self._guest(sandbox_id).mkdir(validate.path(path), parents=True)
+        path = validate.path(path)
+        self._call(sandbox_id, lambda g: g.mkdir(path, parents=True))
 
     def remove(self, sandbox_id: str, path: str) -> None:
-        self._guest(sandbox_id).remove(validate.path(path), recursive=True)
+        path = validate.path(path)
+        self._call(sandbox_id, lambda g: g.remove(path, recursive=True))
 
     def rename(self, sandbox_id: str, src: str, dst: str) -> None:
-        self._guest(sandbox_id).rename(validate.path(src, "source path"),
-                                       validate.path(dst, "destination path"))
+        src = validate.path(src, "source path")
+        dst = validate.path(dst, "destination path")
+        self._call(sandbox_id, lambda g: g.rename(src, dst))
 
     # recovery and the reaper ------------------------------------------------------------
     def recover(self) -> None:
@@ -871,6 +928,48 @@ class Engine:
                 continue
 
 
+def _private_dir(path: Path, *, rootless: bool) -> None:
+    """Root: root:HOST_ID_BASE 0710, traversable by the sandboxes' root only. Rootless:
+    0700, the user's own."""
+    if rootless:
+        os.chmod(path, 0o700)
+    else:
+        os.chown(path, 0, HOST_ID_BASE)
+        os.chmod(path, 0o710)
+
+
+def _listen(path: str) -> socket.socket:
+    """A fresh listener at ``path`` (a host-only directory), 0600."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(path)
+        os.chmod(path, 0o600)
+        listener.listen(128)
+    except BaseException:
+        listener.close()
+        raise
+    return listener
+
+
+def _read_some(fd: int, into: bytearray, keep: int) -> None:
+    """Whatever a non-blocking pipe holds now, keeping only the last ``keep`` bytes."""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        if not chunk:
+            return
+        into += chunk
+        del into[:-keep]
+
+
+def _printable(text: str) -> str:
+    return "".join(c if c.isprintable() or c in "\n\t" else "?" for c in text)
+
+
 def _enforced_limits() -> dict[str, bool]:
     """Which limits this host really enforces: each needs its cgroup controller (v1
     directory, or listed in the v2 root's controllers); disk is a filesystem per sandbox."""
@@ -907,9 +1006,24 @@ def _command_result(result: ExecResult) -> CommandResult:
                          timed_out=result.timed_out, pid=result.pid)
 
 
+def _guest_model(build: Callable[[], Any]) -> Any:
+    """A model from guest data; what does not fit is the guest misbehaving."""
+    try:
+        return build()
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # pydantic's too
+        raise GuestProtocolError(f"the guest sent a malformed record: {str(exc)[:200]}") from None
+
+
 def _entry(raw: dict[str, Any]) -> EntryInfo:
-    return EntryInfo(name=raw["name"], path=raw["path"], type=raw["type"], size=raw["size"],
-                     mode=raw["mode"], mtime=raw["mtime"], symlink_target=raw.get("target"))
+    return _guest_model(lambda: EntryInfo(
+        name=raw["name"], path=raw["path"], type=raw["type"], size=raw["size"],
+        mode=raw["mode"], mtime=raw["mtime"], symlink_target=raw.get("target")))
+
+
+def _process(raw: dict[str, Any]) -> ProcessInfo:
+    return _guest_model(lambda: ProcessInfo(
+        pid=raw["pid"], cmd=_argv_text(raw["argv"]), running=raw["running"],
+        exit_code=raw.get("exit_code"), started_at=raw.get("started_at", 0)))
 
 
 def _template_info(t: Template) -> TemplateInfo:

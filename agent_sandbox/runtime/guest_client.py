@@ -2,6 +2,12 @@
 
 Every method opens its own connection (unix socket or TCP), sends one request and reads
 the reply frames, so a single ``GuestClient`` is safe to share between threads.
+
+The guest runs inside the sandbox, so everything it says is hostile input: frames are
+capped (``MAX_REPLY_JSON``), a call has an overall deadline as well as a per-frame one, a
+call collects a bounded number of frames and bytes, and every field read is type-checked.
+A guest that breaks these rules gets ``GuestProtocolError``, never a pinned thread, a
+grown host process or a stray exception.
 """
 
 from __future__ import annotations
@@ -25,12 +31,34 @@ Address = str | tuple[str, int]
 OutputCallback = Callable[[bytes], None]
 DEFAULT_IO_TIMEOUT = 60.0
 STREAM_GRACE = 30.0  # extra time granted on top of a command timeout before giving up
+MAX_REPLY_JSON = 8 << 20  # the largest JSON a guest reply may carry (a listing's 10k entries)
+MAX_CALL_FRAMES = 64  # frames a request/reply call may see before its final one
+MAX_ERROR_TEXT = 4000
 
 
 class GuestUnavailableError(RuntimeUnavailableError):
     """The guest agent cannot be reached, or the connection broke mid-request."""
 
     code = "runtime_unavailable"
+
+
+class GuestProtocolError(RuntimeUnavailableError):
+    """The guest answered something no honest guest sends (wrong types, too much, too
+    long): the sandbox is misbehaving and its guest must be restarted."""
+
+    code = "runtime_unavailable"
+
+
+def field(obj: dict[str, Any], key: str, kind: type | tuple[type, ...],
+          default: Any = ...) -> Any:
+    """``obj[key]`` checked to be of ``kind`` (bool is never an int here)."""
+    if key not in obj and default is not ...:
+        return default
+    value = obj.get(key)
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise GuestProtocolError(f"the guest sent an invalid {key!r}: {str(value)[:80]!r}")
+    return value
 
 
 @dataclass
@@ -68,12 +96,22 @@ class _Tail:
 
 
 class _Conn:
-    """One connection to the guest; errors become SandboxError subclasses."""
+    """One connection to the guest; errors become SandboxError subclasses.
+
+    ``deadline`` (monotonic) ends the whole call however steadily the guest sends;
+    the socket timeout bounds each frame."""
 
     def __init__(self, sock: socket.socket, what: str) -> None:
         self.sock = sock
         self.rfile: BinaryIO = sock.makefile("rb")
         self.what = what
+        self.deadline: float | None = None
+        self.frame_timeout: float | None = None
+
+    def limit(self, frame_timeout: float | None, total: float | None) -> None:
+        self.frame_timeout = frame_timeout
+        self.deadline = None if total is None else time.monotonic() + total
+        self.sock.settimeout(frame_timeout)
 
     def send(self, obj: dict[str, Any], payload: bytes = b"") -> None:
         try:
@@ -83,11 +121,20 @@ class _Conn:
 
     def recv(self) -> tuple[dict[str, Any], bytes]:
         """Next frame; raises the guest's error if it is an error frame."""
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise SandboxTimeoutError(f"guest did not finish {self.what} in time")
+            self.sock.settimeout(left if self.frame_timeout is None
+                                 else min(left, self.frame_timeout))
         try:
-            frame = proto.read_frame(self.rfile)
+            frame = proto.read_frame(self.rfile, MAX_REPLY_JSON)
         except TimeoutError as exc:
             raise SandboxTimeoutError(f"guest did not answer {self.what} in time") from exc
-        except (OSError, proto.ProtocolError) as exc:
+        except (proto.ProtocolError, RecursionError, MemoryError) as exc:
+            raise GuestProtocolError(f"guest sent an invalid frame during {self.what}: "
+                                     f"{str(exc)[:200]}") from None
+        except OSError as exc:
             raise GuestUnavailableError(
                 f"guest connection broke during {self.what}: {exc}"
             ) from exc
@@ -95,15 +142,16 @@ class _Conn:
             raise GuestUnavailableError(f"guest closed the connection during {self.what}")
         err = frame[0].get("error")
         if err:
-            raise error_from_code(
-                str(err.get("code", "internal")), str(err.get("message", "guest error"))
-            )
+            if not isinstance(err, dict):
+                raise GuestProtocolError(f"guest sent an invalid error during {self.what}")
+            raise error_from_code(str(err.get("code", "internal"))[:40],
+                                  str(err.get("message", "guest error"))[:MAX_ERROR_TEXT])
         return frame
 
     def recv_after_send_failure(self, exc: SandboxError) -> None:
         """A send failed: the guest probably replied with an error first; surface that."""
         try:
-            while True:
+            for _ in range(MAX_CALL_FRAMES):
                 obj, _ = self.recv()
                 if obj.get("done"):
                     break
@@ -154,13 +202,14 @@ class GuestClient:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return _Conn(sock, what)
 
-    def _open(
-        self, req: dict[str, Any], io_timeout: float | None = None, default_timeout: bool = True
-    ) -> _Conn:
-        """Connect, authenticate and send the request frame."""
+    def _open(self, req: dict[str, Any], total: Any = ..., *,
+              frame_timeout: Any = ...) -> _Conn:
+        """Connect, authenticate and send the request frame. ``total`` bounds the whole
+        call, ``frame_timeout`` each frame; both default to the client's io_timeout."""
         conn = self._connect(str(req["op"]))
         try:
-            conn.sock.settimeout(self.io_timeout if default_timeout else io_timeout)
+            conn.limit(self.io_timeout if frame_timeout is ... else frame_timeout,
+                       self.io_timeout if total is ... else total)
             if self.token is not None:  # pipelined: the guest does not answer hello
                 conn.send({"op": "hello", "token": self.token})
             conn.send(req)
@@ -172,10 +221,7 @@ class GuestClient:
     def _call(self, req: dict[str, Any]) -> dict[str, Any]:
         conn = self._open(req)
         try:
-            while True:
-                obj, _ = conn.recv()
-                if obj.get("done"):
-                    return obj
+            return _final(conn)
         finally:
             conn.close()
 
@@ -184,6 +230,15 @@ class GuestClient:
         reply = self._call({"op": "ping"})
         reply.pop("done", None)
         return reply
+
+    def ping_within(self, seconds: float) -> None:
+        """One ping that may wait up to ``seconds`` for the guest to answer (it may still
+        be starting: a host-made listener accepts the connection before the guest does)."""
+        conn = self._open({"op": "ping"}, seconds, frame_timeout=seconds)
+        try:
+            _final(conn)
+        finally:
+            conn.close()
 
     def wait_ready(self, timeout: float = 10.0, interval: float = 0.005) -> dict[str, Any]:
         """Ping until the guest answers; for callers that just started the sandbox."""
@@ -219,15 +274,16 @@ class GuestClient:
             "stdin": stdin is not None,
             "background": False,
         }
-        io_timeout = None if timeout is None else timeout + STREAM_GRACE
-        conn = self._open(req, io_timeout, default_timeout=False)
+        total = None if timeout is None else timeout + STREAM_GRACE
+        conn = self._open(req, total, frame_timeout=total)
         feeder: threading.Thread | None = None
         try:
             started, _ = conn.recv()
+            pid = field(started, "pid", int)
             if stdin is not None:
                 feeder = threading.Thread(target=_feed_stdin, args=(conn, stdin), daemon=True)
                 feeder.start()
-            return _collect(conn, int(started["pid"]), max_output, on_stdout, on_stderr)
+            return _collect(conn, pid, max_output, on_stdout, on_stderr)
         finally:
             conn.close()
             if feeder is not None:
@@ -254,29 +310,33 @@ class GuestClient:
                 "background": True,
             }
         )
-        return int(reply["pid"])
+        return int(field(reply, "pid", int))
 
-    def output(self, pid: int) -> ProcOutput:
+    def output(self, pid: int, max_output: int = 1 << 20) -> ProcOutput:
         """Output buffered so far (the tail of max_output bytes per stream)."""
         conn = self._open({"op": "output", "pid": pid})
-        out, err = bytearray(), bytearray()
+        out, err = _Tail(max_output), _Tail(max_output)
+        budget = 2 * max_output + 4 * proto.CHUNK  # what an honest guest's tails can be
         try:
             while True:
                 obj, payload = conn.recv()
                 if obj.get("done"):
                     break
-                (out if obj.get("stream") == "stdout" else err).extend(payload)
+                budget -= len(payload) + 1
+                if budget < 0:
+                    raise GuestProtocolError("guest sent more output than it may buffer")
+                (out if obj.get("stream") == "stdout" else err).add(payload)
         finally:
             conn.close()
-        split = int(obj.get("stdout_len", 0))
-        out += payload[:split]
-        err += payload[split:]
+        split = field(obj, "stdout_len", int, 0)
+        out.add(payload[:split])
+        err.add(payload[split:])
         return ProcOutput(
-            stdout=bytes(out),
-            stderr=bytes(err),
-            running=bool(obj["running"]),
-            exit_code=obj.get("exit_code"),
-            truncated=bool(obj.get("truncated")),
+            stdout=bytes(out.buf),
+            stderr=bytes(err.buf),
+            running=field(obj, "running", bool),
+            exit_code=field(obj, "exit_code", (int, type(None)), None),
+            truncated=out.dropped or err.dropped or bool(obj.get("truncated")),
         )
 
     def wait(
@@ -293,10 +353,9 @@ class GuestClient:
         A timeout only stops waiting: the result has timed_out=True and exit_code=-1 if the
         process is still running.
         """
-        io_timeout = None if timeout is None else timeout + STREAM_GRACE
-        conn = self._open(
-            {"op": "wait", "pid": pid, "timeout": timeout}, io_timeout, default_timeout=False
-        )
+        total = None if timeout is None else timeout + STREAM_GRACE
+        conn = self._open({"op": "wait", "pid": pid, "timeout": timeout}, total,
+                          frame_timeout=total)
         try:
             return _collect(conn, pid, max_output, on_stdout, on_stderr)
         finally:
@@ -304,7 +363,7 @@ class GuestClient:
 
     def kill(self, pid: int, signal: int = 9) -> bool:
         """Signal the process group; False if the process had already finished."""
-        return bool(self._call({"op": "kill", "pid": pid, "signal": signal})["killed"])
+        return field(self._call({"op": "kill", "pid": pid, "signal": signal}), "killed", bool)
 
     def send_stdin(self, pid: int, data: bytes, close: bool = False) -> None:
         """Write to a background process started with stdin_open=True."""
@@ -317,12 +376,12 @@ class GuestClient:
                 conn.send({"close": True} if close else {"eof": True})
             except GuestUnavailableError as exc:
                 conn.recv_after_send_failure(exc)
-            conn.recv()
+            _final(conn)
         finally:
             conn.close()
 
     def ps(self) -> list[dict[str, Any]]:
-        return list(self._call({"op": "ps"})["processes"])
+        return field(self._call({"op": "ps"}), "processes", list)
 
     def freeze(self) -> None:
         """Stop every process but the guest; new ones are refused until ``thaw``
@@ -335,7 +394,7 @@ class GuestClient:
     # ------------------------------------------------------------ files
     def read(self, path: str, offset: int = 0, limit: int | None = None) -> Iterator[bytes]:
         """Stream a file in chunks. Errors such as not_found are raised here, at call time."""
-        conn = self._open({"op": "read", "path": path, "offset": offset, "limit": limit})
+        conn = self._open({"op": "read", "path": path, "offset": offset, "limit": limit}, None)
         try:
             first = conn.recv()
         except BaseException:
@@ -351,7 +410,7 @@ class GuestClient:
         append: bool = False,
     ) -> int:
         """Upload a file (atomically replaced unless append). Returns bytes written."""
-        conn = self._open({"op": "write", "path": path, "mode": mode, "append": append})
+        conn = self._open({"op": "write", "path": path, "mode": mode, "append": append}, None)
         try:
             conn.recv()  # "ready": path checked before we send megabytes
             try:
@@ -360,19 +419,18 @@ class GuestClient:
                 conn.send({"eof": True})
             except GuestUnavailableError as exc:
                 conn.recv_after_send_failure(exc)
-            obj, _ = conn.recv()
-            return int(obj["size"])
+            return int(field(_final(conn), "size", int))
         finally:
             conn.close()
 
     def list(self, path: str, depth: int = 1) -> list[dict[str, Any]]:
-        return list(self._call({"op": "list", "path": path, "depth": depth})["entries"])
+        return field(self._call({"op": "list", "path": path, "depth": depth}), "entries", list)
 
     def stat(self, path: str) -> dict[str, Any]:
-        return dict(self._call({"op": "stat", "path": path})["entry"])
+        return field(self._call({"op": "stat", "path": path}), "entry", dict)
 
     def exists(self, path: str) -> bool:
-        return bool(self._call({"op": "exists", "path": path})["exists"])
+        return field(self._call({"op": "exists", "path": path}), "exists", bool)
 
     def mkdir(self, path: str, parents: bool = True) -> None:
         self._call({"op": "mkdir", "path": path, "parents": parents})
@@ -397,7 +455,7 @@ class _ReadStream(Iterator[bytes]):
             obj, payload = self._pending or self._recv()
             self._pending = None
             if obj.get("done"):
-                self.size = int(obj.get("size", 0))
+                self.size = field(obj, "size", int, 0)
                 self.close()
                 break
             if payload:
@@ -449,15 +507,24 @@ def _collect(
             err.add(payload)
             if on_stderr is not None:
                 on_stderr(payload)
-    code = obj.get("exit_code")
+    code = field(obj, "exit_code", (int, type(None)), None)
     return ExecResult(
-        exit_code=-1 if code is None else int(code),
+        exit_code=-1 if code is None else code,
         stdout=bytes(out.buf),
         stderr=bytes(err.buf),
         timed_out=bool(obj.get("timed_out")),
         truncated=out.dropped or err.dropped or bool(obj.get("truncated")),
-        pid=int(obj.get("pid", pid)),
+        pid=field(obj, "pid", int, pid),
     )
+
+
+def _final(conn: _Conn) -> dict[str, Any]:
+    """The reply's final frame; a guest that keeps sending others is cut off."""
+    for _ in range(MAX_CALL_FRAMES):
+        obj, _ = conn.recv()
+        if obj.get("done"):
+            return obj
+    raise GuestProtocolError(f"guest sent too many frames for {conn.what}")
 
 
 def _feed_stdin(conn: _Conn, data: bytes | Iterable[bytes]) -> None:

@@ -11,7 +11,7 @@ from agent_sandbox.runtime.seccomp import seccomp_profile
 
 GUEST_DIR = "/.abx/guest"
 GUEST_RUN_DIR = "/.abx/run"
-GUEST_SOCKET = f"{GUEST_RUN_DIR}/guest.sock"
+GUEST_LISTEN_FD = 3  # the host's listener, passed with runc --preserve-fds
 
 # What a root user inside an ordinary container keeps, less NET_RAW and MKNOD.
 CAPABILITIES = [
@@ -45,6 +45,9 @@ class BundleSpec:
     limits: Limits
     network: bool
     extra_mounts: tuple[dict[str, Any], ...] = ()
+    # A host-owned empty file mounted read-only over /etc/ld.so.preload: the guest's
+    # loader must not take a library from the sandbox's writable /etc.
+    empty_file: str | None = None
     # Rootless: the user's mapping (uids, gids), the overlays runc mounts inside the
     # container (before everything else), rlimits standing in for cgroups, and how
     # cgroups are reached ("cgroupfs": the root engine's; "systemd": a user's
@@ -81,6 +84,8 @@ def _mounts(spec: BundleSpec) -> list[dict[str, Any]]:
         {**_bind(spec.run_dir, GUEST_RUN_DIR, readonly=False),
          "options": ["rbind", "nosuid", "nodev", "noexec", "rw"]},
         *spec.extra_mounts,
+        *([_bind(spec.empty_file, "/etc/ld.so.preload", readonly=True)]
+          if spec.empty_file else []),
     ]
 
 
@@ -104,15 +109,19 @@ def _nofile() -> int:
 def build_config(spec: BundleSpec) -> dict[str, Any]:
     id_map = [{"containerID": 0, "hostID": HOST_ID_BASE, "size": HOST_ID_COUNT}]
     uid_map, gid_map = spec.id_map or (id_map, id_map)
-    namespaces = [{"type": t} for t in ("pid", "ipc", "uts", "mount", "user", "network")]
+    # cgroup: the sandbox sees its own cgroup as /, not the host's hierarchy and path.
+    namespaces = [{"type": t} for t in ("pid", "ipc", "uts", "mount", "user", "network",
+                                        "cgroup")]
     config: dict[str, Any] = {
         "ociVersion": "1.0.2",
         "process": {
             "terminal": False,
             "user": {"uid": 0, "gid": 0},
             # Imported, not run as a script, so its precompiled bytecode is used.
-            "args": [*spec.python, "-I", "-S", "-c", _GUEST_BOOT, "--unix", GUEST_SOCKET],
-            "env": [f"PATH={DEFAULT_PATH}", "HOME=/root", "LANG=C.UTF-8"],
+            # -X utf8 and LC_ALL=C: no locale files read from the sandbox's /usr.
+            "args": [*spec.python, "-I", "-S", "-X", "utf8", "-c", _GUEST_BOOT,
+                     "--listen-fd", str(GUEST_LISTEN_FD)],
+            "env": [f"PATH={DEFAULT_PATH}", "HOME=/root", "LC_ALL=C"],
             "cwd": "/",
             "capabilities": {k: CAPABILITIES for k in
                              ("bounding", "effective", "permitted")},

@@ -19,7 +19,7 @@ from typing import Any
 from agent_sandbox.runtime import syscalls
 from agent_sandbox.runtime.config import HOST_ID_BASE, HOST_ID_COUNT
 
-_MS_NODEV = 4
+_MS_NOSUID, _MS_NODEV = 2, 4
 
 
 @contextmanager
@@ -103,7 +103,8 @@ def mount_rootfs(rootfs: Path, system_dir: Path, layers: list[dict[str, Any]],
         if os.path.ismount(target):
             continue
         lowers = ":".join(views.view(lower) for lower in layer["lowers"])
-        syscalls.mount("overlay", str(target), "overlay", _MS_NODEV,
+        # nosuid: nothing a sandbox leaves setuid means anything on the host's view.
+        syscalls.mount("overlay", str(target), "overlay", _MS_NOSUID | _MS_NODEV,
                        f"lowerdir={lowers},upperdir={upper},workdir={work}")
 
 
@@ -124,7 +125,7 @@ def overlay_mounts(system_dir: Path, layers: list[dict[str, Any]]) -> list[dict[
             path.mkdir(parents=True, exist_ok=True)
         lowers = ":".join(layer["lowers"])
         out.append({"destination": layer["target"], "type": "overlay", "source": "overlay",
-                    "options": ["nodev", f"lowerdir={lowers}", f"upperdir={upper}",
+                    "options": ["nosuid", "nodev", f"lowerdir={lowers}", f"upperdir={upper}",
                                 f"workdir={work}", "userxattr"]})
     return out
 

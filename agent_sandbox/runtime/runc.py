@@ -39,17 +39,29 @@ class Runc:
             )
         return proc
 
-    def run_detached(self, container_id: str, bundle: Path, log: Path) -> None:
-        # The container inherits runc's stdio: a file, never a pipe (a pipe would stay
-        # open as long as the sandbox lives and tie it to us).
+    def run_detached(self, container_id: str, bundle: Path, listener: int, output: int) -> None:
+        """Start the container; its pid 1 gets ``listener`` as fd 3 (``--preserve-fds``)
+        and ``output`` (a pipe the caller reads, then closes) as stdout and stderr.
+
+        No file the sandbox could reach is opened: the guest's socket is a listener the
+        host bound in a host-only directory, and its output never touches a disk.
+        posix_spawn, not fork: its dup2 actions put the listener at fd 3 without running
+        Python between fork and exec in a threaded process.
+        """
         runc_log = bundle / "runc.log"
-        with open(log, "ab") as out, open(os.devnull, "rb") as null:
-            proc = subprocess.run(
-                [*self._base, "--log", str(runc_log),
-                 "run", "--detach", "--bundle", str(bundle), container_id],
-                stdin=null, stdout=out, stderr=out, start_new_session=True,
-            )
-        if proc.returncode != 0:
+        argv = [*self._base, "--log", str(runc_log), "run", "--detach", "--preserve-fds", "1",
+                "--bundle", str(bundle), container_id]
+        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            pid = os.posix_spawn(self.binary, argv, dict(os.environ), setsid=True,
+                                 file_actions=[(os.POSIX_SPAWN_DUP2, null, 0),
+                                               (os.POSIX_SPAWN_DUP2, output, 1),
+                                               (os.POSIX_SPAWN_DUP2, output, 2),
+                                               (os.POSIX_SPAWN_DUP2, listener, 3)])
+        finally:
+            os.close(null)
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
             detail = runc_log.read_text(errors="replace")[-1500:] if runc_log.exists() else ""
             raise RuntimeUnavailableError(f"runc run failed: {detail.strip()}")
 

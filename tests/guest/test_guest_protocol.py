@@ -205,7 +205,7 @@ def test_output_larger_than_one_frame(client: GuestClient) -> None:
     script = "head -c 3000000 /dev/zero; head -c 2500000 /dev/zero | tr '\\0' e >&2"
     pid = client.start(["sh", "-c", script], cwd="/", max_output=4 << 20)
     assert client.wait(pid, timeout=10).exit_code == 0
-    out = client.output(pid)
+    out = client.output(pid, max_output=4 << 20)
     assert out.stdout == b"\0" * 3000000 and out.stderr == b"e" * 2500000
     assert not out.truncated
 

@@ -66,7 +66,7 @@ def test_sandboxes_survive_engine_exit(how: str) -> None:
 _CRASH_MID_CREATE = textwrap.dedent("""
     import os
     from agent_sandbox.runtime import engine as engine_mod
-    def crash(self, sandbox_id):
+    def crash(self, sandbox_id, output):
         print(sandbox_id, flush=True)
         os.kill(os.getpid(), 9)
     engine_mod.Engine._wait_ready = crash  # die once the container is up, before ready

@@ -1,0 +1,31 @@
+"""A tenant with an ordinary (non-admin) API key attacks the host through the REST API
+the way a sandbox's own code would: links planted in its run directory, its guest ended,
+then the gateway made to reboot it and reset it. The host must create nothing."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from pathlib import Path
+
+from _gw import Gateway
+
+
+def test_planted_links_through_the_gateway(gw: Gateway, sandbox_a: str) -> None:
+    a = gw.provider("a")
+    target = Path("/var/tmp") / f"abx-gw-pwned-{secrets.token_hex(6)}"
+    plant = ("for n in guest.log guest.sock slirp.log; do rm -f /.abx/run/$n; "
+             f"ln -s '{target}' /.abx/run/$n; done; echo planted")
+    try:
+        assert a.run(sandbox_a, plant).stdout == "planted\n"
+        a.start(sandbox_a, "sleep 0.3; kill -TERM 1")  # the guest ends; next call reboots
+        time.sleep(1.0)
+        assert a.run(sandbox_a, "echo rebooted").stdout == "rebooted\n"
+        assert a.run(sandbox_a, plant).stdout == "planted\n"
+        with gw.http("a") as http:
+            reset = http.post(f"/v1/sandboxes/{sandbox_a}/reset-rootfs")
+        assert reset.status_code == 200, reset.text
+        assert a.run(sandbox_a, "echo reset").stdout == "reset\n"
+        assert not target.exists() and not target.is_symlink()
+    finally:
+        target.unlink(missing_ok=True)
