@@ -9,6 +9,7 @@ Run as root here and as an ordinary user by ``rootless_battery.py``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
@@ -60,29 +61,33 @@ def _within(seconds: float, fn: Callable[[], object]) -> object:
 
 
 @pytest.fixture
-def host_target() -> Iterator[Path]:
-    """A host path (that a host root could create) the sandbox aims its links at."""
-    path = Path("/var/tmp") / f"abx-pwned-{secrets.token_hex(6)}"
-    yield path
-    path.unlink(missing_ok=True)
+def tag() -> str:
+    return "abx-hostile-" + secrets.token_hex(6)
 
 
-@pytest.fixture
-def host_listener() -> Iterator[tuple[str, socket.socket]]:
+def _host_target(tag: str) -> Path:
+    """A host path (that the engine's user could create) the sandbox aims its links at."""
+    return Path("/var/tmp") / f"{tag}-pwned"
+
+
+@contextlib.contextmanager
+def _host_listener(tag: str) -> Iterator[tuple[str, socket.socket]]:
     """A host unix socket anyone may connect to: following a planted link reaches it."""
-    folder = Path("/var/tmp") / f"abx-sock-{secrets.token_hex(6)}"
+    folder = Path("/var/tmp") / f"{tag}-sock"
     folder.mkdir()
     os.chmod(folder, 0o777)
     path = str(folder / "s")
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    srv.bind(path)
-    os.chmod(path, 0o777)
-    srv.listen(8)
-    srv.settimeout(0.5)
-    yield path, srv
-    srv.close()
-    Path(path).unlink(missing_ok=True)
-    folder.rmdir()
+    try:
+        srv.bind(path)
+        os.chmod(path, 0o777)
+        srv.listen(8)
+        srv.settimeout(0.5)
+        yield path, srv
+    finally:
+        srv.close()
+        Path(path).unlink(missing_ok=True)
+        folder.rmdir()
 
 
 def _assert_never_connected(srv: socket.socket) -> None:
@@ -105,7 +110,8 @@ def _plant_links(sb: Sandbox, target: str, names: tuple[str, ...] = PLANTED) -> 
 
 
 # 1. host file create/append through a planted link --------------------------------------
-def test_planted_links_are_not_followed_on_reboot(sandbox: Sandbox, host_target: Path) -> None:
+def test_planted_links_are_not_followed_on_reboot(sandbox: Sandbox, tag: str) -> None:
+    host_target = _host_target(tag)
     _plant_links(sandbox, str(host_target))
     _end_guest(sandbox)
     assert sandbox.commands.run("echo back").stdout == "back\n"  # rebooted
@@ -113,16 +119,16 @@ def test_planted_links_are_not_followed_on_reboot(sandbox: Sandbox, host_target:
     _plant_links(sandbox, str(host_target))
     sandbox.reset_rootfs()
     assert sandbox.commands.run("echo reset").stdout == "reset\n"
-    assert not host_target.exists()
+    assert not host_target.exists() and not host_target.is_symlink()
 
 
 # 2. host file read: a failed start must not quote a planted link -------------------------
-def test_sabotaged_interpreter_and_log_link_leak_nothing(sandbox: Sandbox) -> None:
+def test_sabotaged_interpreter_and_log_link_leak_nothing(sandbox: Sandbox, tag: str) -> None:
     """The sandbox replaces every python3 in its writable /usr with a program that never
     answers and links the old log name to a host secret: the guest still comes up (it
     runs from a read-only view of the host), and no error carries the secret."""
     secret = secrets.token_hex(16)
-    secret_file = Path("/var/tmp") / f"abx-secret-{secrets.token_hex(6)}"
+    secret_file = Path("/var/tmp") / f"{tag}-secret"
     secret_file.write_text(secret)
     os.chmod(secret_file, 0o600)
     try:
@@ -144,10 +150,8 @@ def test_sabotaged_interpreter_and_log_link_leak_nothing(sandbox: Sandbox) -> No
 
 
 # 3. guest socket swap --------------------------------------------------------------------
-def test_socket_links_reach_neither_host_nor_other_sandbox(
-        sandbox: Sandbox, host_listener: tuple[str, socket.socket]) -> None:
-    path, srv = host_listener
-    with Sandbox.create() as other:
+def test_socket_links_reach_neither_host_nor_other_sandbox(sandbox: Sandbox, tag: str) -> None:
+    with _host_listener(tag) as (path, srv), Sandbox.create() as other:
         # Every place the engine ever kept a guest socket, of the other sandbox and ours.
         others = [str(_sbdir(other) / "run" / "guest.sock"), str(_sbdir(other) / "guest.sock")]
         _plant_links(sandbox, path, ("guest.sock",))
@@ -159,7 +163,7 @@ def test_socket_links_reach_neither_host_nor_other_sandbox(
             _end_guest(sandbox)
         assert sandbox.commands.run("hostname").stdout.strip() == sandbox.sandbox_id
         assert other.commands.run("hostname").stdout.strip() == other.sandbox_id
-    _assert_never_connected(srv)
+        _assert_never_connected(srv)
 
 
 # 4. a FIFO where the engine once opened its log -----------------------------------------
