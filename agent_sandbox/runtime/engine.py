@@ -500,11 +500,15 @@ class Engine:
                 time.sleep(0.002)
 
     def _start_network(self, row: SandboxRow) -> None:
-        """User-mode networking (slirp4netns): outbound only, host loopback unreachable."""
+        """User-mode networking (slirp4netns): the internet only, never the host or the LAN
+        (egress.py's filter, in each boot's new netns before tap0 exists)."""
+        from agent_sandbox.runtime import egress
+
         state = self.runc.state(row.id)
         if not state or not shutil.which("slirp4netns"):
             raise RuntimeUnavailableError("network=True needs slirp4netns "
                                           "(apt-get install slirp4netns)")
+        egress.install(state["pid"], rootless=self.rootless)
         log = open(self._dir(row.id) / "slirp.log", "ab")  # noqa: SIM115
         ready_r, ready_w = os.pipe()
         proc = subprocess.Popen(
