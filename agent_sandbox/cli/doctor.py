@@ -240,7 +240,9 @@ def run_checks() -> list[Check]:
               check_overlay(), check_cgroups(), check_limits(), check_subids(),
               check_seccomp(),
               check_tool("mkfs.ext4", "e2fsprogs", "sandbox disks", not rootless),
-              check_tool("slirp4netns", "slirp4netns", "only for --network", False)]
+              check_tool("slirp4netns", "slirp4netns", "only for --network", False),
+              check_tool("nft", "nftables", "--network's filter of host and LAN ranges",
+                         False)]
     if rootless:
         checks += [check_tool("newuidmap", "uidmap", "ids 1-65535 inside sandboxes", False),
                    check_rootless_network()]
