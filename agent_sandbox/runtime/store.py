@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent_sandbox import private_db
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sandboxes (
     id TEXT PRIMARY KEY,
@@ -72,14 +74,12 @@ _JSON_FIELDS = ("envs", "metadata", "limits", "layers")
 
 class Store:
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), timeout=30, check_same_thread=False,
-                                   isolation_level=None)
+        self._db = private_db.connect(path, timeout=30, check_same_thread=False,
+                                      isolation_level=None)
         self._lock = threading.Lock()
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
-        path.chmod(0o600)
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:

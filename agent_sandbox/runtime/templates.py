@@ -119,6 +119,9 @@ class TemplateStore:
         # Rootless: base is a user-owned copy of part of the host (rootless_base.py).
         self.rootless = rootless
         root.mkdir(parents=True, exist_ok=True)
+        # Imported images keep their setuid files and templates their env values: only
+        # the engine (root, or the rootless user) reads them, through its own views.
+        os.chmod(root, 0o700)
         self._base: Template | None = None
         _sweep_leftovers(root)
 

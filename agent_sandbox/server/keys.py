@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent_sandbox import private_db
 from agent_sandbox.errors import InvalidArgumentError, NotFoundError
 
 TOKEN_PREFIX = "abx_"
@@ -76,12 +77,9 @@ def _hash(token: str) -> str:
 class KeyStore:
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path else default_keys_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Created 0600 before SQLite opens it: hashes are not secrets, but names and
-        # quotas are nobody else's business.
-        fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
-        os.close(fd)
-        os.chmod(self.path, 0o600)
+        # 0600 with its -wal/-shm: hashes are not secrets, but names and quotas are
+        # nobody else's business.
+        private_db.connect(self.path).close()
         self._local = threading.local()
         with self._db() as db:
             db.executescript(_SCHEMA)
@@ -90,7 +88,7 @@ class KeyStore:
         # One connection per thread: the gateway checks keys from its worker threads.
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            conn = private_db.connect(self.path, timeout=30, isolation_level=None)
             conn.execute("PRAGMA journal_mode=WAL")
             self._local.conn = conn
         return conn
