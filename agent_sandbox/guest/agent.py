@@ -55,6 +55,17 @@ def _bad(message: str) -> GuestError:
     return GuestError("invalid_argument", message)
 
 
+def _kind(mode: int) -> str:
+    import stat
+
+    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISFIFO, "fifo"),
+                       (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return name
+    return "special file"
+
+
 def _os_error(exc: OSError, what: str) -> GuestError:
     """Map an OSError to a wire error with a message naming the path or program."""
     import errno
@@ -73,6 +84,9 @@ def _os_error(exc: OSError, what: str) -> GuestError:
         errno.ELOOP,
         errno.ENAMETOOLONG,
         errno.EBUSY,
+        errno.ENXIO,  # a device with nothing behind it (/dev/tty without a terminal)
+        errno.EROFS,
+        errno.ETXTBSY,
     ):
         return _bad(f"{what}: {reason}")
     return GuestError("internal", f"{what}: {reason}")
@@ -837,15 +851,13 @@ class Agent:
         offset = int(_int(req, "offset", 0, 0, 1 << 62) or 0)
         limit = _int(req, "limit", None, 0, 1 << 62)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
         except OSError as exc:
             raise _os_error(exc, path) from None
         try:
             mode = os.fstat(fd).st_mode
-            if stat.S_ISDIR(mode):
-                raise _bad(f"{path}: is a directory")
-            if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
-                raise _bad(f"{path}: is a fifo or socket, not a file")
+            if not stat.S_ISREG(mode):
+                raise _bad(f"{path}: is a {_kind(mode)}, not a regular file")
             os.set_blocking(fd, True)
             if offset:
                 os.lseek(fd, offset, os.SEEK_SET)

@@ -23,7 +23,7 @@ from agent_sandbox.models import (
     SandboxInfo,
 )
 from agent_sandbox.providers import Provider, default_provider
-from agent_sandbox.sdk.files import Files
+from agent_sandbox.sdk.files import DEFAULT_READ_MAX, Files
 from agent_sandbox.sdk.sandbox import code_provider
 
 T = TypeVar("T")
@@ -120,10 +120,11 @@ class AsyncFiles:
     def __init__(self, provider: Provider, sandbox_id: str) -> None:
         self._sync = Files(provider, sandbox_id)
 
-    async def read(self, path: str, format: str = "text") -> Any:
+    async def read(self, path: str, format: str = "text",
+                   max_bytes: int = DEFAULT_READ_MAX) -> Any:
         if format == "stream":
             return self._stream(path)
-        return await _call(self._sync.read, path, format)  # type: ignore[arg-type]
+        return await _call(self._sync.read, path, format, max_bytes)  # type: ignore[arg-type]
 
     async def _stream(self, path: str) -> AsyncIterator[bytes]:
         chunks = iter(await _call(self._sync.read, path, "stream"))

@@ -9,6 +9,8 @@ from agent_sandbox.errors import InvalidArgumentError
 from agent_sandbox.models import EntryInfo
 from agent_sandbox.providers.base import Provider
 
+DEFAULT_READ_MAX = 100 << 20  # bytes read into memory by read(); stream for more
+
 
 class Files:
     def __init__(self, provider: Provider, sandbox_id: str) -> None:
@@ -16,23 +18,41 @@ class Files:
         self._sandbox_id = sandbox_id
 
     @overload
-    def read(self, path: str, format: Literal["text"] = ...) -> str: ...
+    def read(self, path: str, format: Literal["text"] = ...,
+             max_bytes: int = ...) -> str: ...
     @overload
-    def read(self, path: str, format: Literal["bytes"]) -> bytes: ...
+    def read(self, path: str, format: Literal["bytes"], max_bytes: int = ...) -> bytes: ...
     @overload
-    def read(self, path: str, format: Literal["stream"]) -> Iterator[bytes]: ...
+    def read(self, path: str, format: Literal["stream"],
+             max_bytes: int = ...) -> Iterator[bytes]: ...
 
-    def read(self, path: str, format: str = "text") -> str | bytes | Iterator[bytes]:
-        """Read a file: ``text`` (UTF-8), ``bytes``, or ``stream`` (chunks, any size)."""
+    def read(self, path: str, format: str = "text",
+             max_bytes: int = DEFAULT_READ_MAX) -> str | bytes | Iterator[bytes]:
+        """Read a file: ``text`` (UTF-8) or ``bytes``, at most ``max_bytes`` of it (a
+        larger file is an error, never a grown caller: a sandbox can make any file
+        endless), or ``stream`` (chunks, any size, read as far as the caller wants)."""
         if format not in ("text", "bytes", "stream"):
             raise InvalidArgumentError(f"format must be 'text', 'bytes' or 'stream', "
                                        f"got {format!r}")
-        chunks = self._provider.read_file(self._sandbox_id, path)
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+            raise InvalidArgumentError(f"max_bytes must be a whole number >= 0, got {max_bytes!r}")
         if format == "stream":
-            return chunks
-        data = b"".join(chunks)
+            return self._provider.read_file(self._sandbox_id, path)
+        chunks = self._provider.read_file(self._sandbox_id, path, limit=max_bytes + 1)
+        data = bytearray()
+        try:
+            for chunk in chunks:
+                data += chunk
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+        if len(data) > max_bytes:
+            raise InvalidArgumentError(
+                f"{path} is larger than max_bytes={max_bytes}; pass a larger max_bytes or "
+                "read it with format='stream'")
         if format == "bytes":
-            return data
+            return bytes(data)
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as exc:
