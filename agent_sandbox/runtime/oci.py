@@ -11,6 +11,8 @@ from agent_sandbox.runtime.seccomp import seccomp_profile
 
 GUEST_DIR = "/.abx/guest"
 GUEST_RUN_DIR = "/.abx/run"
+DEV_SIZE_KB, DEV_INODES = 1024, 1024  # device nodes and a few links
+SHM_INODES = 16384
 GUEST_LISTEN_FD = 3  # the host's listener, passed with runc --preserve-fds
 
 # What a root user inside an ordinary container keeps, less NET_RAW and MKNOD.
@@ -68,12 +70,16 @@ def _mounts(spec: BundleSpec) -> list[dict[str, Any]]:
         *spec.rootfs_mounts,
         {"destination": "/proc", "type": "proc", "source": "proc",
          "options": ["nosuid", "noexec", "nodev"]},
+        # Capped in size and inodes: a tmpfs is host memory, and rootless sandboxes have
+        # no cgroup to charge it to.
         {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
-         "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+         "options": ["nosuid", "strictatime", "mode=755", f"size={DEV_SIZE_KB}k",
+                     f"nr_inodes={DEV_INODES}"]},
         {"destination": "/dev/pts", "type": "devpts", "source": "devpts",
          "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]},
         {"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
-         "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
+         "options": ["nosuid", "noexec", "nodev", "mode=1777",
+                     f"size={min(64, spec.limits.memory_mb)}m", f"nr_inodes={SHM_INODES}"]},
         {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue",
          "options": ["nosuid", "noexec", "nodev"]},
         {"destination": "/sys", "type": "sysfs", "source": "sysfs",

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_sandbox.errors import RuntimeUnavailableError
-from agent_sandbox.runtime import disk, subids
+from agent_sandbox.runtime import disk, oci, subids
 from agent_sandbox.runtime.config import Limits
 
 _SUB_SIZE = 65535  # container ids 1..65535, as the root engine's 65536-id range
@@ -178,7 +178,11 @@ def describe_limits() -> dict[str, str]:
         return {"memory": how, "pids": how, "cpu": how,
                 "disk": "not enforced (no quota without root); file size via RLIMIT_FSIZE"}
     return {
-        "memory": "per process only: RLIMIT_AS (no cgroup delegation on this host)",
+        "memory": "per process only: RLIMIT_AS (no cgroup delegation on this host); "
+                  "the sandbox's total is not bounded, its tmpfs are: /dev/shm at most "
+                  "the memory limit (64 MiB at most) and "
+                  f"{oci.SHM_INODES} files, /dev {oci.DEV_SIZE_KB} KiB and "
+                  f"{oci.DEV_INODES} files",
         "pids": "per uid inside the sandbox: RLIMIT_NPROC (no cgroup delegation)",
         "cpu": "not enforced (no cgroup delegation on this host)",
         "disk": "not enforced (no quota without root); one file at most disk_mb "

@@ -1,5 +1,5 @@
-"""The hostile battery of test_hostile.py, run by an unprivileged user against rootless
-sandboxes (``test_rootless.py`` starts this script as that user).
+"""The hostile battery (test_hostile.py and the modules in HOSTILE), run by an
+unprivileged user against rootless sandboxes (``test_rootless.py`` starts this script as that user).
 
 Every attack of test_hostile.py runs as it is, each against a fresh sandbox, except the
 few whose setup or assertion is about the root engine; those are replaced by rootless
@@ -27,6 +27,9 @@ from agent_sandbox.runtime.config import default_data_dir
 os.environ.setdefault("ABX_DATA_DIR", str(default_data_dir()))  # test_hostile reads it
 
 import test_hostile as h  # noqa: E402
+import test_hostile_host  # noqa: E402
+import test_state_files  # noqa: E402
+import test_tmpfs_caps  # noqa: E402
 
 from agent_sandbox import Sandbox  # noqa: E402
 from agent_sandbox.providers.local import local_provider  # noqa: E402
@@ -159,8 +162,17 @@ EXTRA = {f.__name__: f for f in (rootless_canaries, rootless_runs_as_the_user,
                                  rootless_limits)}
 
 
+# Every module of in-sandbox attacks run as the user (the kernel attacks need the
+# code-interpreter template, which test_rootless.py's own run_code test covers).
+HOSTILE = (h, test_hostile_host, test_state_files, test_tmpfs_caps)
+
+
+def _attack(name: str) -> Callable[..., None]:
+    return next(getattr(m, name) for m in HOSTILE if hasattr(m, name))
+
+
 def names() -> list[str]:
-    return sorted(n for n in dir(h) if n.startswith("test_")) + sorted(EXTRA)
+    return sorted(n for m in HOSTILE for n in dir(m) if n.startswith("test_")) + sorted(EXTRA)
 
 
 # helpers ---------------------------------------------------------------------------------
@@ -211,7 +223,7 @@ def _call(fn: Callable[..., None]) -> None:
 def run(name: str) -> str:
     if name in SKIPPED:
         return f"skip: {SKIPPED[name]}"
-    fn = EXTRA.get(REPLACED.get(name, name)) or getattr(h, name)
+    fn = EXTRA.get(REPLACED.get(name, name)) or _attack(name)
     try:
         _call(fn)
         return "ok"
