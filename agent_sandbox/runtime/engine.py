@@ -509,6 +509,7 @@ class Engine:
             raise RuntimeUnavailableError("network=True needs slirp4netns "
                                           "(apt-get install slirp4netns)")
         egress.install(state["pid"], rootless=self.rootless)
+        self._stop_helper(row.id)  # the previous boot's, serving a netns that is gone
         log = open(self._dir(row.id) / "slirp.log", "ab")  # noqa: SIM115
         ready_r, ready_w = os.pipe()
         proc = subprocess.Popen(
@@ -529,15 +530,27 @@ class Engine:
         finally:
             os.close(ready_r)
 
+    def _stop_helper(self, sandbox_id: str) -> None:
+        """End the sandbox's slirp4netns, if the recorded pid still is one (a pid from the
+        database may have been reused by anything since)."""
+        row = self.store.get_sandbox(sandbox_id)
+        pid = row.helper_pid if row is not None else 0
+        if not pid:
+            return
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            argv = []
+        if argv and os.path.basename(argv[0]) == b"slirp4netns":
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        self.store.update_sandbox(sandbox_id, helper_pid=0)
+
     def _destroy(self, row: SandboxRow, *, delete_volume: bool) -> None:
         """Tear everything down; each step tolerates what is already gone."""
         sbdir = self._dir(row.id)
         self.runc.delete(row.id)
-        if row.helper_pid:
-            try:
-                os.kill(row.helper_pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        self._stop_helper(row.id)
         volume = self.store.get_volume(row.volume_id)
         if self.rootless:  # nothing mounted on the host: the volume is a directory
             if not delete_volume:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import shutil
 import socket
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +57,33 @@ def test_network_true_adds_nat_but_not_the_host(host_listener: int) -> None:
         # slirp's alias for the host's loopback is disabled.
         assert "CONNECTED" not in _connect(sb, "10.0.2.2", host_listener)
         assert "CONNECTED" not in _connect(sb, "127.0.0.1", host_listener)
+
+
+def _slirps() -> dict[int, list[str]]:
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().decode().split("\0")
+            except OSError:
+                continue
+            if argv and Path(argv[0]).name == "slirp4netns":
+                out[int(entry.name)] = argv
+    return out
+
+
+@pytest.mark.skipif(shutil.which("slirp4netns") is None, reason="slirp4netns not installed")
+def test_reboots_leave_one_slirp4netns() -> None:
+    """reset_rootfs and a guest reboot each make a new netns: the old helper ends."""
+    before = set(_slirps())
+    with Sandbox.create(network=True) as sb:
+        for step in ("reset", "reboot", "reset"):
+            if step == "reset":
+                sb.reset_rootfs()
+            else:
+                sb.commands.run("(sleep 0.2; kill -TERM 1) >/dev/null 2>&1 &")
+                time.sleep(1)
+            assert sb.commands.run("cat /proc/net/dev").stdout.count("tap0") == 1
+            mine = set(_slirps()) - before
+            assert len(mine) == 1, (step, mine)
+    assert not set(_slirps()) - before
