@@ -1,18 +1,25 @@
-"""The HTTP front door: auth, Origin checks, /health and method rules around the MCP app."""
+"""The HTTP front door: auth, Origin checks, /health, method rules and the POST body check
+around the MCP app."""
 
 from __future__ import annotations
 
 import hmac
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import anyio
+
+from agent_sandbox.agent import wire_guard
+
 Scope = dict[str, Any]
 ASGIApp = Callable[..., Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
+_CHECK_IN_THREAD = 256 * 1024
 
 
 def load_token() -> str | None:
@@ -50,7 +57,7 @@ def token_ok(expected: str | None, header: str | None) -> bool:
     return hmac.compare_digest(header[7:].strip().encode(), expected.encode())
 
 
-async def send_json(send: Callable[..., Any], status: int, body: dict[str, Any],
+async def send_json(send: Callable[..., Any], status: int, body: Any,
                     headers: list[tuple[bytes, bytes]] | None = None) -> None:
     data = json.dumps(body).encode()
     await send({"type": "http.response.start", "status": status,
@@ -97,3 +104,59 @@ def exposure_problem(token: str | None, hosts: list[str]) -> str | None:
     return (f"refusing to serve on {', '.join(exposed)} without a token: anyone who can reach "
             "it could run commands in sandboxes. Set ABX_MCP_AUTH_TOKEN (or "
             "ABX_MCP_AUTH_TOKEN_FILE), or bind to 127.0.0.1")
+
+
+async def _read_body(receive: Receive, limit: int) -> tuple[bytes, bool] | None:
+    """The request body and whether it fits in ``limit`` (only its head if it does not);
+    None if the client went away."""
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        body += message.get("body", b"")
+        if len(body) > limit:
+            return bytes(body[:1024]), False
+        if not message.get("more_body", False):
+            return bytes(body), True
+
+
+async def guard_post(scope: Scope, receive: Receive, send: Callable[..., Any],
+                     limit: int) -> Receive | None:
+    """Check a POST body with ``wire_guard`` before the SDK sees it.
+
+    Bad input is answered here (400 with the JSON-RPC error, 413 when too large) and None
+    returned; otherwise the result replays the checked message to the MCP app.
+    """
+    declared = header(scope, b"content-length")
+    too_big = declared is not None and declared.strip().isdigit() and int(declared) > limit
+    # Declared too large: read just enough to find the id to answer.
+    read = await _read_body(receive, 1024 if too_big else limit)
+    if read is None:
+        return None
+    raw, fits = read
+    if not fits or too_big:
+        await send_json(send, 413, wire_guard.error(
+            wire_guard.INVALID_REQUEST, f"Invalid Request: message larger than {limit} bytes",
+            wire_guard.id_near_start(raw)))
+        return None
+    where = "in a POST of its own"
+    if len(raw) > _CHECK_IN_THREAD:
+        verdict = await anyio.to_thread.run_sync(wire_guard.inspect, raw, limit, where)
+    else:
+        verdict = wire_guard.inspect(raw, limit, where)
+    if verdict.message is None:
+        await send_json(send, 400, verdict.reply)
+        return None
+    # The SDK parses what we checked (the same message, so no second opinion on it).
+    checked = json.dumps(verdict.message, ensure_ascii=False).encode()
+    replayed = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": checked, "more_body": False}
+        return await receive()
+
+    return replay

@@ -1,8 +1,9 @@
 """Streamable HTTP entry point: ``uvicorn agent_sandbox.agent.mcp_http:asgi_app``.
 
 POST/DELETE /mcp speak MCP (sessions by Mcp-Session-Id), GET /mcp is 405 (no standalone
-stream), GET /health reports status. DELETE, idle expiry and shutdown destroy a session's
-non-persistent sandboxes.
+stream), GET /health reports status. Every POST body is checked first (``wire_guard``: size,
+depth, encoding, surrogates, ids, batches) and answered with a JSON-RPC error if bad.
+DELETE, idle expiry and shutdown destroy a session's non-persistent sandboxes.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 
 from agent_sandbox.agent.banner import print_banner
-from agent_sandbox.agent.config import AgentConfig, _int_env, warm_pool_for
+from agent_sandbox.agent.config import STDIO_MAX_MESSAGE, AgentConfig, _int_env, warm_pool_for
 from agent_sandbox.agent.http_guard import (
     allowed_origins,
     exposure_problem,
+    guard_post,
     header,
     load_token,
     origin_ok,
@@ -105,6 +107,10 @@ class MCPHttpApp:
             # No standalone SSE stream: the SDK would answer GET with 400.
             await send_json(send, 405, {"error": "use POST (or DELETE to end a session)"},
                             [(b"allow", b"POST, DELETE")])
+        elif method == "POST":
+            checked = await guard_post(scope, receive, send, STDIO_MAX_MESSAGE)
+            if checked is not None:
+                await self.inner(scope, checked, send)
         else:
             await self.inner(scope, receive, send)
 

@@ -21,6 +21,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from agent_sandbox.agent.audit import AuditLog
 from agent_sandbox.agent.config import AgentConfig
 from agent_sandbox.agent.progress import ProgressStreamer
+from agent_sandbox.agent.request_guard import make_request_guard
 from agent_sandbox.agent.sessions import SessionRegistry, SessionState
 from agent_sandbox.agent.tools import CallContext, ToolOutput, ToolSpec, resolve_allowlist
 from agent_sandbox.errors import (
@@ -96,9 +97,20 @@ def _result(out: ToolOutput, is_error: bool = False) -> types.CallToolResult:
                                 is_error=is_error)
 
 
+MAX_ERROR_MESSAGE = 2000  # an error quoting a huge argument back is cut
+
+
 def error_result(exc: SandboxError) -> types.CallToolResult:
-    err = {"code": exc.code, "message": exc.message, "details": exc.details}
-    return _result(ToolOutput(f"Error [{exc.code}]: {exc.message}", {"error": err}), True)
+    message = exc.message
+    if len(message) > MAX_ERROR_MESSAGE:
+        message = message[:MAX_ERROR_MESSAGE] + "... [message cut]"
+    err = {"code": exc.code, "message": message, "details": exc.details}
+    return _result(ToolOutput(f"Error [{exc.code}]: {message}", {"error": err}), True)
+
+
+def _internal_error(tool: str, call_id: str) -> types.CallToolResult:
+    return error_result(SandboxError(f"internal error in {tool}; the server log has details "
+                                     f"(trace id {call_id})"))
 
 
 def create_mcp_app(template: str | None = None, tools: str | Sequence[str] | None = None, *,
@@ -140,6 +152,9 @@ def create_mcp_app(template: str | None = None, tools: str | Sequence[str] | Non
         return await call_next(ctx)
 
     server.middleware.append(track_sessions)
+    # Outermost: it also sees what track_sessions raises.
+    server.middleware.insert(0, make_request_guard(
+        lambda method: server.get_request_handler(method) is not None))
     return server
 
 
@@ -172,24 +187,25 @@ async def _call_tool(runtime: AgentRuntime, ctx: ServerRequestContext[Any, Any],
         finally:
             runtime.in_flight -= 1
         result = _result(out)
+        result.model_dump_json(by_alias=True)  # a result that cannot go on the wire is a bug
     except SandboxError as exc:
         status = "busy" if status == "busy" else "error"
         code = exc.code
         result = error_result(exc)
-    except Exception as exc:  # noqa: BLE001 - a bug must still answer the model
-        log.exception("tool %s failed", params.name)
+    except Exception:  # noqa: BLE001 - a bug must still answer the model (no traceback)
+        log.exception("tool %s failed (trace id %s)", ascii(params.name[:80]), call_id)
         status, code = "error", "internal"
-        result = error_result(SandboxError(f"internal error ({type(exc).__name__}); the "
-                                           "server log has details"))
+        result = _internal_error(ascii(params.name[:80]), call_id)
     if result.is_error and isinstance(result.structured_content, dict) and status == "busy":
         result.structured_content["retry_after"] = RETRY_AFTER_S
     duration = round((time.monotonic() - started) * 1000, 2)
-    runtime.last_tool = {"name": params.name, "status": status, "at": time.time(),
+    name = params.name[:200]
+    runtime.last_tool = {"name": name, "status": status, "at": time.time(),
                          "duration_ms": duration}
     text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
     runtime.audit.record(
         trace_id=call_id, session_id=session.session_id if session else None,
-        transport=runtime.transport, tool=params.name,
+        transport=runtime.transport, tool=name,
         sandbox_id=call.sandbox_id if call else None, status=status, duration_ms=duration,
         error_code=code, input_bytes=len(json.dumps(args, default=str)),
         output_bytes=len(text.encode()))

@@ -1,16 +1,18 @@
 """A bounded STDIO transport: newline-delimited JSON-RPC with strict framing.
 
 Unlike the SDK's stdio server it caps a message (8 MiB by default: a longer line gets an
-error and the next line is served), answers malformed JSON with -32700 instead of dropping
-it, and settles the handshake version the STDIO way (missing or unsupported -> 2024-11-05).
+error and the next line is served), checks every line with ``wire_guard`` (depth, encoding,
+surrogates, ids, batches: bad input is answered with a JSON-RPC error, never dropped and
+never fatal), and settles the handshake version the STDIO way (missing or unsupported ->
+2024-11-05). Replies that cannot be encoded are still sent (see ``encode``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
-import re
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
@@ -20,30 +22,19 @@ import anyio
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
+from mcp_types import INTERNAL_ERROR
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
+from agent_sandbox.agent import wire_guard
 from agent_sandbox.agent.config import STDIO_MAX_MESSAGE
 
 STDIO_DEFAULT_VERSION = "2024-11-05"
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
 _READ_CHUNK = 1 << 16
-# Best effort: find the id of an oversized request in its first bytes, so the client
-# waiting on it gets an answer instead of hanging.
-_ID_NEAR_START = re.compile(rb'"id"\s*:\s*(-?\d{1,18}|"[^"\\]{0,200}")')
-
-
-def _error(code: int, message: str, msg_id: Any = None) -> SessionMessage:
-    return SessionMessage(types.JSONRPCError(
-        jsonrpc="2.0", id=msg_id, error=types.ErrorData(code=code, message=message)))
-
-
-def _id_of(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        mid = obj.get("id")
-        if isinstance(mid, str | int) and not isinstance(mid, bool):
-            return mid
-    return None
+# Checking a line this long takes a while: do it off the event loop (pings keep flowing).
+_CHECK_IN_THREAD = 256 * 1024
+log = logging.getLogger("agent_sandbox.agent")
+# A reply the reader answers by itself, already encoded (an error, or a batch's errors).
+Reply = bytes
 
 
 def settle_initialize(obj: dict[str, Any]) -> None:
@@ -57,22 +48,41 @@ def settle_initialize(obj: dict[str, Any]) -> None:
     params.setdefault("clientInfo", {"name": "unknown", "version": "0"})
 
 
-def parse_line(line: bytes) -> SessionMessage:
-    """One line of input -> the message to serve, or the error to answer with."""
-    try:
-        obj = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
-        return _error(PARSE_ERROR, "Parse error: the line is not valid JSON")
-    if isinstance(obj, dict) and obj.get("method") == "initialize":
+def parse_line(line: bytes, limit: int = STDIO_MAX_MESSAGE) -> SessionMessage | Reply:
+    """One line of input -> the message to serve, or the encoded reply to answer with."""
+    verdict = wire_guard.inspect(line, limit)
+    if verdict.message is None:
+        return wire_guard.dumps(verdict.reply)
+    obj = verdict.message
+    if obj.get("method") == "initialize":
         settle_initialize(obj)
     try:
         return SessionMessage(types.jsonrpc_message_adapter.validate_python(obj, by_name=False))
     except Exception:  # noqa: BLE001 - pydantic's error would echo the payload
-        return _error(INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message", _id_of(obj))
+        return wire_guard.dumps(wire_guard.error(
+            wire_guard.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message",
+            obj.get("id") if wire_guard.valid_id(obj.get("id")) else None))
+
+
+def encode(msg: SessionMessage) -> bytes:
+    """A message for the wire. Never raises: a reply that cannot be encoded as it is (a
+    stray unpaired surrogate) is sent with the bad characters replaced, or as an error."""
+    try:
+        return msg.message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+    except Exception:  # noqa: BLE001
+        log.exception("could not encode a reply; sending it with bad characters replaced")
+    try:
+        data = msg.message.model_dump(by_alias=True, exclude_unset=True)
+        return json.dumps(data, ensure_ascii=False, default=str).encode("utf-8", "replace")
+    except Exception:  # noqa: BLE001
+        msg_id = getattr(msg.message, "id", None)
+        return wire_guard.dumps(wire_guard.error(
+            INTERNAL_ERROR, "Internal error: the reply could not be encoded", msg_id))
 
 
 class LineReader:
-    """Splits a byte stream into lines of at most ``limit`` bytes (newline excluded)."""
+    """Splits a byte stream into lines of at most ``limit`` bytes (newline excluded); an
+    oversized line comes out as the encoded error reply that answers it."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -80,8 +90,9 @@ class LineReader:
         self._skipping = False  # inside an oversized line: drop bytes up to its newline
         self._skipped_head = b""
 
-    def feed(self, data: bytes) -> list[bytes | SessionMessage]:
-        out: list[bytes | SessionMessage] = []
+    def feed(self, data: bytes) -> list[tuple[bytes, bool]]:
+        """(line, False) for a line to parse, (reply, True) for an answer ready to send."""
+        out: list[tuple[bytes, bool]] = []
         start = 0
         while True:
             nl = data.find(b"\n", start)
@@ -90,13 +101,13 @@ class LineReader:
                 return out
             self._take(data[start:nl])
             if self._skipping:
-                found = _ID_NEAR_START.search(self._skipped_head)
-                mid = json.loads(found.group(1)) if found else None
-                out.append(_error(INVALID_REQUEST, f"Invalid Request: message larger than "
-                                  f"{self.limit} bytes", mid))
+                reply = wire_guard.error(
+                    wire_guard.INVALID_REQUEST, f"Invalid Request: message larger than "
+                    f"{self.limit} bytes", wire_guard.id_near_start(self._skipped_head))
+                out.append((wire_guard.dumps(reply), True))
                 self._skipping = False
             elif self._buf.strip():
-                out.append(bytes(self._buf))
+                out.append((bytes(self._buf), False))
             self._buf.clear()
             start = nl + 1
 
@@ -108,6 +119,18 @@ class LineReader:
             self._skipping = True
             self._skipped_head = bytes(self._buf[:1024])
             self._buf.clear()
+
+
+async def read_one(line: bytes, limit: int) -> SessionMessage | Reply:
+    """Check and parse one line; whatever goes wrong, the answer is an error reply."""
+    try:
+        if len(line) > _CHECK_IN_THREAD:
+            return await anyio.to_thread.run_sync(parse_line, line, limit)
+        return parse_line(line, limit)
+    except Exception:  # noqa: BLE001 - the reader must outlive any message
+        log.exception("could not read a message")
+        return wire_guard.dumps(wire_guard.error(
+            INTERNAL_ERROR, "Internal error: the message could not be read"))
 
 
 def _claim_fd(fd: int, diversion: int) -> int:
@@ -165,18 +188,19 @@ async def bounded_stdio(limit: int = STDIO_MAX_MESSAGE, stdin_fd: int = 0, stdou
     os.close(devnull)
     out_fd = _claim_fd(stdout_fd, 2)
     read_send, read_recv = anyio.create_memory_object_stream[Any](64)
-    write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](64)
+    # The server sends SessionMessages; the reader sends its own encoded replies.
+    write_send, write_recv = anyio.create_memory_object_stream[Any](64)
     writer_done = anyio.Event()
 
-    async def reader(replies: MemoryObjectSendStream[SessionMessage]) -> None:
+    async def reader(replies: MemoryObjectSendStream[Any]) -> None:
         lines = LineReader(limit)
         chunks = _DaemonReader(in_fd)
         async with read_send, replies:
             while data := await chunks.read():  # b"" is EOF: the session ends
-                for item in lines.feed(data):
-                    msg = item if isinstance(item, SessionMessage) else parse_line(item)
-                    if isinstance(msg.message, types.JSONRPCError):
-                        await replies.send(msg)  # framing errors are answered right here
+                for item, answered in lines.feed(data):
+                    msg = item if answered else await read_one(item, limit)
+                    if isinstance(msg, bytes):
+                        await replies.send(msg)  # bad input is answered right here
                     else:
                         await read_send.send(msg)
 
@@ -184,9 +208,8 @@ async def bounded_stdio(limit: int = STDIO_MAX_MESSAGE, stdin_fd: int = 0, stdou
         try:
             async with write_recv:
                 async for msg in write_recv:
-                    payload = msg.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    await anyio.to_thread.run_sync(_write_all, out_fd,
-                                                   payload.encode() + b"\n")
+                    payload = msg if isinstance(msg, bytes) else encode(msg)
+                    await anyio.to_thread.run_sync(_write_all, out_fd, payload + b"\n")
         except OSError:
             pass  # the client is gone; EOF on stdin follows
         finally:

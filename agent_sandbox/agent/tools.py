@@ -1,132 +1,46 @@
-"""The tools: transport-independent implementations over the SDK.
+"""The tools: transport-independent implementations over the SDK, and the catalogue.
 
 Each tool takes a ``CallContext`` (session, settings, progress sink) and its arguments, and
 returns a ``ToolOutput``: text for the model plus the same facts as structured data. Failures
-are raised as ``SandboxError``; the server turns them into ``isError`` results.
+are raised as ``SandboxError``; the server turns them into ``isError`` results. Arguments
+are checked against the tool's input schema (``Args``). The file tools live in
+``file_tools``, the shared pieces in ``toolkit``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import binascii
-import posixpath
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from agent_sandbox.agent.args import Args
-from agent_sandbox.agent.config import CODE_TEMPLATE, AgentConfig
-from agent_sandbox.agent.output import OUTPUT_DIR, cut, split_budget
-from agent_sandbox.agent.sessions import SessionState
+from agent_sandbox.agent.file_tools import LIST_FILES, READ_FILE, WRITE_FILE
+from agent_sandbox.agent.output import cut
+from agent_sandbox.agent.toolkit import (
+    MAX_IDLE,
+    MAX_PID,
+    MAX_TIMEOUT,
+    PATH,
+    SANDBOX_ID,
+    SANDBOX_ID_REQUIRED,
+    CallContext,
+    ToolOutput,
+    ToolSpec,
+    describe,
+    fit_streams,
+    public_info,
+    sandbox_for,
+)
 from agent_sandbox.errors import InvalidArgumentError, WrongStateError
-from agent_sandbox.models import SandboxInfo
 from agent_sandbox.sdk import AsyncSandbox
 from agent_sandbox.sdk.async_sandbox import AsyncCommandHandle
 
-ProgressSink = Callable[[str, str], None]  # (stream name, text); thread-safe, non-blocking
-
-
-@dataclass
-class CallContext:
-    session: SessionState
-    config: AgentConfig
-    call_id: str
-    progress: ProgressSink | None = None
-    sandbox_id: str | None = None  # the sandbox the call used (for the audit line)
-
-
-@dataclass
-class ToolOutput:
-    text: str
-    data: dict[str, Any] = field(default_factory=dict)
-    # Images to show the model: (base64 data, MIME type), sent as MCP image content.
-    images: list[tuple[str, str]] = field(default_factory=list)
-
-
-Handler = Callable[[CallContext, dict[str, Any]], Awaitable[ToolOutput]]
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    name: str
-    description: str
-    properties: dict[str, Any]
-    handler: Handler
-    required: tuple[str, ...] = ()
-    read_only: bool = False
-    destructive: bool = False
-
-    def input_schema(self) -> dict[str, Any]:
-        schema: dict[str, Any] = {"type": "object", "properties": self.properties,
-                                  "additionalProperties": False}
-        if self.required:
-            schema["required"] = list(self.required)
-        return schema
-
-    def accepted(self) -> set[str]:
-        return set(self.properties)
-
-
-# ---- helpers ------------------------------------------------------------------------------
-
-_SANDBOX_ID = {"type": "string", "description": "Sandbox to use. Omit to use this session's "
-               "default sandbox (created on first use)."}
-_SANDBOX_ID_REQUIRED = {"type": "string", "description": "The sandbox's id (from create_sandbox "
-                        "or list_sandboxes)."}
-
-
-def _public_info(info: SandboxInfo) -> dict[str, Any]:
-    data = info.model_dump(exclude={"envs"})
-    data["env_names"] = sorted(info.envs)  # values may be secrets: names only
-    data["expires_at"] = info.expires_at
-    return data
-
-
-def _describe(info: SandboxInfo) -> str:
-    flags = [info.state, f"template {info.template}"]
-    if info.persistent:
-        flags.append("persistent")
-    if info.network:
-        flags.append("network")
-    return f"{info.sandbox_id} ({', '.join(flags)})"
-
-
-async def _kernel_template(ctx: CallContext) -> str:
-    """The server's template if it has a code kernel, else the code interpreter's."""
-    from agent_sandbox.providers.select import default_provider
-
-    templates = await asyncio.to_thread(default_provider().list_templates)
-    has_kernel = any(t.name == ctx.config.template and t.has_kernel for t in templates)
-    return ctx.config.template if has_kernel else CODE_TEMPLATE
-
-
-async def sandbox_for(ctx: CallContext, sandbox_id: str | None, *,
-                      needs_kernel: bool = False) -> AsyncSandbox:
-    """The named sandbox, or the session's default one (created lazily; for run_code from a
-    template that has a kernel, so a first run_code on a plain server just works)."""
-    if sandbox_id:
-        sb = await ctx.session.resolve(sandbox_id)
-    else:
-        async with ctx.session.create_lock:
-            default = ctx.session.default_id
-            if default is not None:
-                sb = ctx.session.sandboxes[default]
-            else:
-                template = await _kernel_template(ctx) if needs_kernel else ctx.config.template
-                sb = await AsyncSandbox.create(
-                    template=template,
-                    metadata={"mcp_session": ctx.session.session_id[:64]})
-                ctx.session.adopt(sb, persistent=False)
-    ctx.sandbox_id = sb.sandbox_id
-    return sb
+__all__ = ["ALL_TOOLS", "PRESETS", "CallContext", "ToolOutput", "ToolSpec", "resolve_allowlist"]
 
 
 # ---- lifecycle ----------------------------------------------------------------------------
 
 async def create_sandbox(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
-    a = Args("create_sandbox", raw, CREATE_SANDBOX.accepted())
+    a = Args("create_sandbox", raw, CREATE_SANDBOX.properties)
     persistent = a.bool("persistent")
     sb = await AsyncSandbox.create(
         template=a.str("template", ctx.config.template),
@@ -134,8 +48,8 @@ async def create_sandbox(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
         envs=a.envs(),
         network=a.bool("network"),
         persistent=persistent,
-        memory_mb=a.num("memory_mb", integer=True, minimum=1),
-        cpu=a.num("cpu", minimum=0.01),
+        memory_mb=a.num("memory_mb"),
+        cpu=a.num("cpu"),
         metadata={"mcp_session": ctx.session.session_id[:64]},
     )
     was_default = ctx.session.default_id is None
@@ -143,30 +57,30 @@ async def create_sandbox(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
     ctx.sandbox_id = sb.sandbox_id
     info = await sb.info()
     note = " It is now this session's default sandbox." if was_default else ""
-    return ToolOutput(f"Created sandbox {_describe(info)}.{note}",
-                      {"sandbox": _public_info(info), "default": was_default})
+    return ToolOutput(f"Created sandbox {describe(info)}.{note}",
+                      {"sandbox": public_info(info), "default": was_default})
 
 
 async def list_sandboxes(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
-    a = Args("list_sandboxes", raw, LIST_SANDBOXES.accepted())
+    a = Args("list_sandboxes", raw, LIST_SANDBOXES.properties)
     infos = await AsyncSandbox.list(template=a.str("template"), state=a.str("state"))
     mine = [i for i in infos if ctx.session.may_see(i.sandbox_id, i.persistent)]
     default = ctx.session.default_id
-    lines = [("* " if i.sandbox_id == default else "  ") + _describe(i) for i in mine]
+    lines = [("* " if i.sandbox_id == default else "  ") + describe(i) for i in mine]
     text = "\n".join(lines) if lines else "No sandboxes yet; create_sandbox makes one (or just " \
         "run a command: a default sandbox is created on first use)."
-    return ToolOutput(text, {"sandboxes": [_public_info(i) for i in mine], "default": default})
+    return ToolOutput(text, {"sandboxes": [public_info(i) for i in mine], "default": default})
 
 
 async def _lifecycle(ctx: CallContext, raw: dict[str, Any], spec: ToolSpec,
                      verb: str) -> ToolOutput:
-    a = Args(spec.name, raw, spec.accepted())
+    a = Args(spec.name, raw, spec.properties)
     sb = await ctx.session.resolve(a.str("sandbox_id", required=True))
     ctx.sandbox_id = sb.sandbox_id
     await getattr(sb, verb)()
     info = await sb.info()
-    return ToolOutput(f"{spec.name}: done; sandbox {_describe(info)}.",
-                      {"sandbox": _public_info(info)})
+    return ToolOutput(f"{spec.name}: done; sandbox {describe(info)}.",
+                      {"sandbox": public_info(info)})
 
 
 async def pause_sandbox(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
@@ -182,10 +96,11 @@ async def reset_rootfs(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
 
 
 async def kill_sandbox(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
-    a = Args("kill_sandbox", raw, KILL_SANDBOX.accepted())
-    sb = await ctx.session.resolve(a.str("sandbox_id", required=True))
-    ctx.sandbox_id = sb.sandbox_id
+    a = Args("kill_sandbox", raw, KILL_SANDBOX.properties)
+    sandbox_id = a.str("sandbox_id", required=True)
     delete = a.bool("delete_volumes")
+    sb = await ctx.session.resolve(sandbox_id)
+    ctx.sandbox_id = sb.sandbox_id
     await sb.kill(delete_volume=delete)
     ctx.session.forget(sb.sandbox_id)
     kept = "" if delete else " Its /workspace volume was kept."
@@ -199,10 +114,10 @@ _IMAGE_FORMATS = (("png", "image/png"), ("jpeg", "image/jpeg"))
 
 
 async def run_code(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
-    a = Args("run_code", raw, RUN_CODE.accepted())
+    a = Args("run_code", raw, RUN_CODE.properties)
     code = a.str("code", required=True)
     language = a.str("language", "python")
-    timeout = a.num("timeout", 60, minimum=0.001)
+    timeout = a.num("timeout", 60)
     context = a.str("context")
     sb = await sandbox_for(ctx, a.str("sandbox_id"), needs_kernel=True)
     sink = ctx.progress
@@ -216,7 +131,7 @@ async def run_code(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
         raise WrongStateError(exc.message + "; or use run_command with python3 -c '...'",
                               details={"alternative": "run_command"}) from None
     took = round((time.monotonic() - started) * 1000, 1)
-    streams, saved = await _fit_streams(sb, ctx, {"stdout": ex.stdout, "stderr": ex.stderr})
+    streams, saved = await fit_streams(sb, ctx, {"stdout": ex.stdout, "stderr": ex.stderr})
     budget = ctx.config.output_budget
     images: list[tuple[str, str]] = []
     results: list[dict[str, Any]] = []
@@ -262,33 +177,6 @@ async def run_code(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
     return ToolOutput("\n".join(parts), data, images)
 
 
-async def _save_full(sb: AsyncSandbox, ctx: CallContext, stream: str, text: str) -> str | None:
-    path = f"{OUTPUT_DIR}/{ctx.call_id}.{stream}.txt"
-    try:
-        await sb.files.write(path, text, mode=0o600)
-    except Exception:  # noqa: BLE001 - a full disk must not lose the (cut) result itself
-        return None
-    return path
-
-
-async def _fit_streams(sb: AsyncSandbox, ctx: CallContext, streams: dict[str, str]
-                       ) -> tuple[dict[str, str], dict[str, str]]:
-    """Cut streams to the budget; returns (cut streams, paths of the saved full copies)."""
-    names = list(streams)
-    shares = split_budget([len(streams[n]) for n in names], ctx.config.output_budget)
-    out: dict[str, str] = {}
-    saved: dict[str, str] = {}
-    for name, keep in zip(names, shares, strict=True):
-        text = streams[name]
-        if len(text) > keep:
-            path = await _save_full(sb, ctx, name, text)
-            if path:
-                saved[name] = path
-            text = cut(text, keep, path)
-        out[name] = text
-    return out, saved
-
-
 def _command_text(exit_code: int | None, streams: dict[str, str], extra: str = "") -> str:
     parts = [f"exit code: {exit_code}" if exit_code is not None else "still running"]
     if extra:
@@ -302,11 +190,11 @@ def _command_text(exit_code: int | None, streams: dict[str, str], extra: str = "
 
 
 async def run_command(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
-    a = Args("run_command", raw, RUN_COMMAND.accepted())
+    a = Args("run_command", raw, RUN_COMMAND.properties)
     command = a.str("command", required=True)
     workdir = a.str("workdir", "/workspace")
     envs = a.envs()
-    timeout = a.num("timeout", 60, minimum=0.001)
+    timeout = a.num("timeout", 60)
     background = a.bool("background")
     sb = await sandbox_for(ctx, a.str("sandbox_id"))
     if background:
@@ -324,7 +212,7 @@ async def run_command(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
                                    on_stdout=on_out, on_stderr=on_err)
     assert not isinstance(result, AsyncCommandHandle)
     took = round((time.monotonic() - started) * 1000, 1)
-    streams, saved = await _fit_streams(sb, ctx, {"stdout": result.stdout,
+    streams, saved = await fit_streams(sb, ctx, {"stdout": result.stdout,
                                                   "stderr": result.stderr})
     extra = f"timed out after {timeout} s and was killed" if result.timed_out else ""
     data = {"sandbox_id": sb.sandbox_id, "exit_code": result.exit_code, **streams,
@@ -334,14 +222,14 @@ async def run_command(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
 
 
 async def process_output(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
-    a = Args("process_output", raw, PROCESS_OUTPUT.accepted())
-    pid = a.num("pid", integer=True, minimum=1)
+    a = Args("process_output", raw, PROCESS_OUTPUT.properties)
+    pid = a.num("pid")
     if pid is None:
         raise InvalidArgumentError("process_output: 'pid' is required (from run_command with "
                                    "background=true)")
     sb = await sandbox_for(ctx, a.str("sandbox_id"))
     out = await AsyncCommandHandle(sb._provider, sb.sandbox_id, pid).output()
-    streams, saved = await _fit_streams(sb, ctx, {"stdout": out.stdout, "stderr": out.stderr})
+    streams, saved = await fit_streams(sb, ctx, {"stdout": out.stdout, "stderr": out.stderr})
     data = {"sandbox_id": sb.sandbox_id, "pid": pid, "running": out.running,
             "exit_code": out.exit_code, **streams, "truncated": out.truncated or bool(saved),
             "full_output": saved}
@@ -349,119 +237,14 @@ async def process_output(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
 
 
 async def kill_process(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
-    a = Args("kill_process", raw, KILL_PROCESS.accepted())
-    pid = a.num("pid", integer=True, minimum=1)
+    a = Args("kill_process", raw, KILL_PROCESS.properties)
+    pid = a.num("pid")
     if pid is None:
         raise InvalidArgumentError("kill_process: 'pid' is required")
     sb = await sandbox_for(ctx, a.str("sandbox_id"))
     killed = await sb.commands.kill(pid)
     text = f"Killed pid {pid}." if killed else f"pid {pid} had already ended."
     return ToolOutput(text, {"sandbox_id": sb.sandbox_id, "pid": pid, "killed": killed})
-
-
-# ---- files --------------------------------------------------------------------------------
-
-def _abs(path: str) -> str:
-    """Relative paths are taken from /workspace, as the descriptions promise."""
-    return path if path.startswith("/") else posixpath.join("/workspace", path)
-
-
-def _decode_utf8(data: bytes, path: str) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        if exc.start >= len(data) - 3:  # a character cut by offset/limit: drop its bytes
-            return data[:exc.start].decode("utf-8")
-        raise InvalidArgumentError(f"{path} is not UTF-8 text (byte {exc.start}); read it with "
-                                   "encoding='base64'") from None
-
-
-async def read_file(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
-    a = Args("read_file", raw, READ_FILE.accepted())
-    path = _abs(a.str("path", required=True))
-    encoding = a.choice("encoding", ("utf-8", "base64"))
-    offset = a.num("offset", 0, integer=True)
-    limit = a.num("limit", integer=True, minimum=1)
-    budget = ctx.config.output_budget if encoding == "utf-8" else ctx.config.output_budget * 3 // 4
-    want = budget if limit is None else min(limit, budget)
-    sb = await sandbox_for(ctx, a.str("sandbox_id"))
-    buf = bytearray()
-    pos = 0
-    more = False
-    async for chunk in await sb.files.read(path, format="stream"):
-        start = max(0, offset - pos)
-        pos += len(chunk)
-        if start < len(chunk):
-            buf += chunk[start:]
-        if len(buf) > want:
-            more = True
-            break
-    data = bytes(buf[:want])
-    if encoding == "utf-8":
-        content = _decode_utf8(data, path)
-        size = len(content.encode())
-    else:
-        content = base64.b64encode(data).decode()
-        size = len(data)
-    cut_by_budget = more and (limit is None or limit > budget)
-    info: dict[str, Any] = {"sandbox_id": sb.sandbox_id, "path": path, "encoding": encoding,
-                            "offset": offset, "bytes": size, "content": content,
-                            "truncated": cut_by_budget,
-                            "next_offset": offset + size if more else None}
-    text = content
-    if more:
-        why = "output budget reached" if cut_by_budget else "limit reached"
-        text += (f"\n[... {why}; the file continues: read_file with offset={offset + size} "
-                 "to read on ...]")
-    return ToolOutput(text, info)
-
-
-async def write_file(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
-    a = Args("write_file", raw, WRITE_FILE.accepted())
-    path = _abs(a.str("path", required=True))
-    content = a.str("content", required=False)
-    if content is None:
-        raise InvalidArgumentError("write_file: 'content' is required (may be empty)")
-    encoding = a.choice("encoding", ("utf-8", "base64"))
-    mode = a.mode()
-    if encoding == "base64":
-        try:
-            data: str | bytes = base64.b64decode(content, validate=True)
-        except (binascii.Error, ValueError):
-            raise InvalidArgumentError("write_file: 'content' is not valid base64") from None
-    else:
-        data = content
-    sb = await sandbox_for(ctx, a.str("sandbox_id"))
-    size = await sb.files.write(path, data, mode=mode)
-    return ToolOutput(f"Wrote {size} bytes to {path} (mode {mode:04o}).",
-                      {"sandbox_id": sb.sandbox_id, "path": path, "bytes": size,
-                       "mode": f"{mode:04o}"})
-
-
-async def list_files(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
-    a = Args("list_files", raw, LIST_FILES.accepted())
-    path = _abs(a.str("path", "/workspace"))
-    depth = a.num("depth", 1, integer=True, minimum=1)
-    sb = await sandbox_for(ctx, a.str("sandbox_id"))
-    entries = await sb.files.list(path, depth=depth)
-    rows: list[dict[str, Any]] = []
-    lines: list[str] = []
-    used = 0
-    for e in entries:
-        line = f"{e.type:7} {e.mode & 0o7777:04o} {e.size:>10} {e.path}" + (
-            f" -> {e.symlink_target}" if e.symlink_target else "")
-        used += len(line) + 1
-        if used > ctx.config.output_budget:
-            break
-        lines.append(line)
-        rows.append(e.model_dump())
-    cut_note = len(rows) < len(entries)
-    text = "\n".join(lines) if lines else f"{path} is empty."
-    if cut_note:
-        text += f"\n[... {len(entries) - len(rows)} more entries cut: list a subdirectory ...]"
-    return ToolOutput(text, {"sandbox_id": sb.sandbox_id, "path": path, "entries": rows,
-                             "truncated": cut_note, "total": len(entries)})
-
 
 # ---- the catalogue ------------------------------------------------------------------------
 
@@ -472,24 +255,28 @@ CREATE_SANDBOX = ToolSpec(
     "sandbox_id; you rarely need this tool, since the default sandbox is created on first use. "
     "Use it for a second sandbox, a different template, network access, or one that must "
     "outlive this session (persistent). Returns the sandbox id and its settings.",
-    {"template": {"type": "string", "description": "Template name (default: the server's)."},
-     "timeout": {"type": "number", "description": "Idle seconds before it is auto-paused "
-                 "(default 300); any use resets the clock."},
+    {"template": {"type": "string", "maxLength": 128,
+                  "description": "Template name (default: the server's)."},
+     "timeout": {"type": "number", "minimum": 0.001, "maximum": MAX_IDLE,
+                 "description": "Idle seconds before it is auto-paused (default 300); any use "
+                 "resets the clock."},
      "envs": {"type": "object", "additionalProperties": {"type": "string"},
               "description": "Environment variables for every command in it."},
      "network": {"type": "boolean", "description": "Allow outbound network (default false: "
                  "loopback only)."},
      "persistent": {"type": "boolean", "description": "Keep it after this session ends "
                     "(default false: destroyed with the session)."},
-     "memory_mb": {"type": "integer", "description": "Memory limit in MiB."},
-     "cpu": {"type": "number", "description": "CPU limit in cores, e.g. 0.5."}},
+     "memory_mb": {"type": "integer", "minimum": 32, "maximum": 1 << 20,
+                   "description": "Memory limit in MiB."},
+     "cpu": {"type": "number", "minimum": 0.01, "maximum": 1024,
+             "description": "CPU limit in cores, e.g. 0.5."}},
     create_sandbox)
 
 LIST_SANDBOXES = ToolSpec(
     "list_sandboxes",
     "List the sandboxes this session can use (the ones it created plus persistent ones), "
     "with state (running/paused) and template. The default sandbox is marked with '*'.",
-    {"template": {"type": "string", "description": "Only this template."},
+    {"template": {"type": "string", "maxLength": 128, "description": "Only this template."},
      "state": {"type": "string", "enum": ["running", "paused"], "description": "Only this state."}},
     list_sandboxes, read_only=True)
 
@@ -503,12 +290,12 @@ RUN_CODE = ToolSpec(
     "timeout is interrupted, keeping the variables. Needs a sandbox whose template has a "
     "kernel (code-interpreter-v1).",
     {"code": {"type": "string", "description": "The Python code to run."},
-     "language": {"type": "string", "description": "Language (only python)."},
-     "timeout": {"type": "number", "description": "Seconds before the cell is interrupted "
-                 "(default 60)."},
-     "context": {"type": "string", "description": "Interpreter context id (default: the "
-                 "sandbox's default context)."},
-     "sandbox_id": _SANDBOX_ID},
+     "language": {"type": "string", "maxLength": 32, "description": "Language (only python)."},
+     "timeout": {"type": "number", "minimum": 0.001, "maximum": MAX_TIMEOUT,
+                 "description": "Seconds before the cell is interrupted (default 60)."},
+     "context": {"type": "string", "maxLength": 64, "description": "Interpreter context id "
+                 "(default: the sandbox's default context)."},
+     "sandbox_id": SANDBOX_ID},
     run_code, required=("code",))
 
 RUN_COMMAND = ToolSpec(
@@ -520,88 +307,54 @@ RUN_COMMAND = ToolSpec(
     "the result names. If the client asked for progress, output is streamed as progress "
     "notifications while the command runs.",
     {"command": {"type": "string", "description": "Shell command line."},
-     "workdir": {"type": "string", "description": "Working directory (default /workspace)."},
+     "workdir": {**PATH, "description": "Working directory (default /workspace)."},
      "background": {"type": "boolean", "description": "Return at once with a pid (default "
                     "false)."},
-     "timeout": {"type": "number", "description": "Seconds before a foreground command is "
-                 "killed (default 60)."},
+     "timeout": {"type": "number", "minimum": 0.001, "maximum": MAX_TIMEOUT,
+                 "description": "Seconds before a foreground command is killed (default 60)."},
      "envs": {"type": "object", "additionalProperties": {"type": "string"},
               "description": "Extra environment variables."},
-     "sandbox_id": _SANDBOX_ID},
+     "sandbox_id": SANDBOX_ID},
     run_command, required=("command",))
 
 PROCESS_OUTPUT = ToolSpec(
     "process_output",
     "Show what a background command (started with run_command background=true) has printed "
     "so far, and whether it is still running (with its exit code once it ended).",
-    {"pid": {"type": "integer", "description": "The pid run_command returned."},
-     "sandbox_id": _SANDBOX_ID},
+    {"pid": {"type": "integer", "minimum": 1, "maximum": MAX_PID,
+             "description": "The pid run_command returned."},
+     "sandbox_id": SANDBOX_ID},
     process_output, required=("pid",), read_only=True)
 
 KILL_PROCESS = ToolSpec(
     "kill_process",
     "Stop a background command by pid (SIGKILL).",
-    {"pid": {"type": "integer", "description": "The pid run_command returned."},
-     "sandbox_id": _SANDBOX_ID},
+    {"pid": {"type": "integer", "minimum": 1, "maximum": MAX_PID,
+             "description": "The pid run_command returned."},
+     "sandbox_id": SANDBOX_ID},
     kill_process, required=("pid",), destructive=True)
-
-READ_FILE = ToolSpec(
-    "read_file",
-    "Read a file from a sandbox. Text comes back as UTF-8; use encoding='base64' for binary "
-    "files. Large files are returned in pieces: use offset and limit (bytes), and the result's "
-    "next_offset to continue.",
-    {"path": {"type": "string", "description": "Absolute path, or relative to /workspace."},
-     "encoding": {"type": "string", "enum": ["utf-8", "base64"], "description": "Default "
-                  "utf-8."},
-     "offset": {"type": "integer", "description": "First byte to read (default 0)."},
-     "limit": {"type": "integer", "description": "Most bytes to read."},
-     "sandbox_id": _SANDBOX_ID},
-    read_file, required=("path",), read_only=True)
-
-WRITE_FILE = ToolSpec(
-    "write_file",
-    "Create or replace a file in a sandbox (parent directories are made). Content is UTF-8 "
-    "text, or base64 with encoding='base64' for binary data. Returns the size written.",
-    {"path": {"type": "string", "description": "Absolute path, or relative to /workspace."},
-     "content": {"type": "string", "description": "The whole new content."},
-     "encoding": {"type": "string", "enum": ["utf-8", "base64"], "description": "Default "
-                  "utf-8."},
-     "mode": {"type": ["string", "integer"], "description": "Permissions as an octal string, "
-              "e.g. '0755' (default '0644'); an integer is taken as the numeric value (420)."},
-     "sandbox_id": _SANDBOX_ID},
-    write_file, required=("path", "content"))
-
-LIST_FILES = ToolSpec(
-    "list_files",
-    "List a directory in a sandbox: type, permissions, size and path of each entry. depth > 1 "
-    "descends into subdirectories.",
-    {"path": {"type": "string", "description": "Directory (default /workspace)."},
-     "depth": {"type": "integer", "description": "Levels to descend (default 1)."},
-     "sandbox_id": _SANDBOX_ID},
-    list_files, read_only=True)
-
 PAUSE_SANDBOX = ToolSpec(
     "pause_sandbox",
     "Pause a sandbox (freeze its processes, keep its files) to free CPU and memory. It resumes "
     "on resume_sandbox or on its next use.",
-    {"sandbox_id": _SANDBOX_ID_REQUIRED}, pause_sandbox, required=("sandbox_id",))
+    {"sandbox_id": SANDBOX_ID_REQUIRED}, pause_sandbox, required=("sandbox_id",))
 
 RESUME_SANDBOX = ToolSpec(
     "resume_sandbox",
     "Resume a paused sandbox.",
-    {"sandbox_id": _SANDBOX_ID_REQUIRED}, resume_sandbox, required=("sandbox_id",))
+    {"sandbox_id": SANDBOX_ID_REQUIRED}, resume_sandbox, required=("sandbox_id",))
 
 RESET_ROOTFS = ToolSpec(
     "reset_rootfs",
     "Wipe every change outside /workspace (installed packages, edits under /etc...), keeping "
     "/workspace. Running processes are stopped.",
-    {"sandbox_id": _SANDBOX_ID_REQUIRED}, reset_rootfs, required=("sandbox_id",),
+    {"sandbox_id": SANDBOX_ID_REQUIRED}, reset_rootfs, required=("sandbox_id",),
     destructive=True)
 
 KILL_SANDBOX = ToolSpec(
     "kill_sandbox",
     "Destroy a sandbox. Its /workspace volume is kept unless delete_volumes=true.",
-    {"sandbox_id": _SANDBOX_ID_REQUIRED,
+    {"sandbox_id": SANDBOX_ID_REQUIRED,
      "delete_volumes": {"type": "boolean", "description": "Also delete its /workspace volume "
                         "(default false)."}},
     kill_sandbox, required=("sandbox_id",), destructive=True)

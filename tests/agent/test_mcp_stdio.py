@@ -262,8 +262,9 @@ def test_framing_parse_errors_size_limit_and_notifications() -> None:
         srv.send_bytes(b"{not json\n")
         reply = srv.recv()
         assert reply["error"]["code"] == -32700 and reply["id"] is None
-        srv.send_bytes(b'["batch"]\n')
-        assert srv.recv()["error"]["code"] == -32600
+        srv.send_bytes(b'["batch"]\n')  # a batch: one error per element, in an array
+        [reply] = srv.recv()
+        assert reply["error"]["code"] == -32600 and reply["id"] is None
 
         def ping(msg_id: int, size: int) -> bytes:
             head = b'{"jsonrpc":"2.0","id":%d,"method":"ping","params":{"_meta":{"pad":"' % msg_id
