@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 import select
+import socket
 import subprocess
 import sys
 import time
 from typing import Any
 
+import httpx2 as httpx
 from mcp.client.stdio import StdioServerParameters
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -48,6 +50,10 @@ class RawServer:
         self.send({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params or {}})
 
     def recv(self, timeout: float = 30) -> dict[str, Any]:
+        return json.loads(self.recv_line(timeout))
+
+    def recv_line(self, timeout: float = 30) -> bytes:
+        """One line from the server, as sent."""
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + timeout
@@ -60,7 +66,7 @@ class RawServer:
                 raise EOFError("server closed stdout")
             self._buf += chunk
         line, self._buf = self._buf.split(b"\n", 1)
-        return json.loads(line)
+        return line
 
     def initialize(self, version: str = "2025-06-18") -> dict[str, Any]:
         self.request(0, "initialize", {"protocolVersion": version, "capabilities": {},
@@ -103,3 +109,32 @@ def kill_quietly(sandbox_id: str) -> None:
         Sandbox.connect(sandbox_id).kill(delete_volume=True)
     except Exception:  # noqa: BLE001 - already gone
         pass
+
+
+class Uvicorn:
+    def __init__(self, host: str = "127.0.0.1", **env: str) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "agent_sandbox.agent.mcp_http:asgi_app",
+             "--host", host, "--port", str(self.port), "--log-level", "warning"],
+            cwd=ROOT, env=server_env(**env), stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(self.url + "/health", timeout=1)
+                return
+            except httpx.TransportError:
+                time.sleep(0.1)
+        raise RuntimeError("uvicorn did not start")
+
+    def stop(self) -> str:
+        self.proc.terminate()
+        try:
+            _, err = self.proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+        return err

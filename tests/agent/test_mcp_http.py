@@ -5,51 +5,20 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import httpx2 as httpx
 import pytest
-from _helpers import ROOT, server_env, wait_gone
+from _helpers import ROOT, Uvicorn, server_env, wait_gone
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcpwire import ACCEPT, INIT, rpc_body, rpc_text
 
 TOKEN = "t0ken-for-tests"
-
-
-class Uvicorn:
-    def __init__(self, host: str = "127.0.0.1", **env: str) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "agent_sandbox.agent.mcp_http:asgi_app",
-             "--host", host, "--port", str(self.port), "--log-level", "warning"],
-            cwd=ROOT, env=server_env(**env), stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(self.url + "/health", timeout=1)
-                return
-            except httpx.TransportError:
-                time.sleep(0.1)
-        raise RuntimeError("uvicorn did not start")
-
-    def stop(self) -> str:
-        self.proc.terminate()
-        try:
-            _, err = self.proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            _, err = self.proc.communicate()
-        return err
 
 
 @pytest.fixture(scope="module")
