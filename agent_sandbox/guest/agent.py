@@ -3,7 +3,8 @@
 Run as ``python3 -I -S /.abx/guest/agent.py --listen-fd 3`` (a listener the host made),
 ``--unix /run/abx/guest.sock`` or
 ``--tcp HOST:PORT`` (token from env ``ABX_GUEST_TOKEN``). Stdlib only, Python >= 3.9,
-and it imports nothing from ``agent_sandbox`` because it runs on the template's python3.
+and it imports nothing from ``agent_sandbox``: it runs on the host's python3 through a
+read-only mount (or a pod image's own python3), never on the package's environment.
 One request per connection; see ``protocol.py`` for the framing.
 """
 

@@ -39,10 +39,8 @@ _USR_MERGED_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 # Host files always hidden, whatever their mode.
 _ALWAYS_MASKED = ("shadow", "shadow-", "gshadow", "gshadow-", "machine-id")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Where a template without python3 sees the host's /usr (the guest runs from it).
+# Where every sandbox sees the host's /usr, read-only: the guest agent runs from it.
 HOST_USR = "/.abx/hostusr"
-_PYTHON_CANDIDATES = ("usr/bin/python3", "bin/python3", "usr/local/bin/python3")
-_MIN_GUEST_PYTHON = (3, 9)  # what the guest agent supports
 
 
 @dataclass
@@ -60,11 +58,6 @@ class Template:
     workdir: str = "/workspace"
     # Named custom commands: name -> {"cmd": str, "description": str}
     commands: dict[str, dict[str, str]] = field(default_factory=dict)
-    # How to start the guest: argv prefix and extra environment.
-    python: list[str] = field(default_factory=lambda: ["/usr/bin/python3"])
-    python_env: dict[str, str] = field(default_factory=dict)
-    # Extra mounts (OCI mount dicts) the guest needs, e.g. the host interpreter.
-    mounts: list[dict[str, Any]] = field(default_factory=list)
     # Code-interpreter kernel description (None: the template has no kernel).
     kernel: dict[str, Any] | None = None
     # What it was built from, so an identical rebuild can be skipped.
@@ -77,9 +70,14 @@ class Template:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Template:
-        data = dict(data)
+        # Older metadata also named the template's own python for the guest; the guest
+        # now always runs the host's, read-only (a sandbox can rewrite its own /usr).
+        data = {k: v for k, v in data.items() if k in _TEMPLATE_FIELDS}
         data["layers"] = [Layer(**layer) for layer in data["layers"]]
         return cls(**data)
+
+
+_TEMPLATE_FIELDS = frozenset(Template.__dataclass_fields__)
 
 
 @dataclass
@@ -244,10 +242,8 @@ class TemplateStore:
                   inputs: dict[str, Any]) -> Template:
         final = self.path(name) / rootfs.name
         _ensure_dir_inside(rootfs, meta.workdir)
-        guest = guest_python(rootfs)
         return Template(name=name, kind=kind, layers=[Layer("/", [str(final)])], env=meta.env,
-                        workdir=meta.workdir, commands=meta.commands, python=guest.argv,
-                        python_env=guest.env, mounts=guest.mounts, build_inputs=inputs,
+                        workdir=meta.workdir, commands=meta.commands, build_inputs=inputs,
                         description=meta.description)
 
     def _commit(self, staging: Path, tmpl: Template, replace: bool) -> Template:
@@ -551,37 +547,6 @@ def _image_description(archive: Path, image: oci_image.ImageInfo) -> str:
 
 
 # the guest interpreter -------------------------------------------------------------------
-def guest_python(rootfs: Path) -> GuestPython:
-    """The template's own python3 if it has a usable one, else the host's."""
-    found = find_python(rootfs)
-    return GuestPython([found]) if found else host_python()
-
-
-def find_python(rootfs: Path) -> str | None:
-    """Path (inside the sandbox) of a python3 >= 3.9 in ``rootfs``; links resolved in it."""
-    for rel in _PYTHON_CANDIDATES:
-        try:
-            real = resolve_in_root(rootfs, rel)
-        except InvalidArgumentError:  # a symlink loop
-            continue
-        if _is_python(real):
-            return "/" + rel
-    return None
-
-
-def _is_python(path: Path) -> bool:
-    try:
-        st = path.stat()
-        with open(path, "rb") as fh:
-            magic = fh.read(4)
-    except OSError:
-        return False
-    if not stat.S_ISREG(st.st_mode) or not st.st_mode & 0o111 or magic != b"\x7fELF":
-        return False
-    version = re.fullmatch(r"python(\d+)\.(\d+)", path.name)
-    return version is None or (int(version[1]), int(version[2])) >= _MIN_GUEST_PYTHON
-
-
 def host_python() -> GuestPython:
     """The host's python3 seen through a read-only bind of its /usr, started by the
     host's dynamic loader with the host's libraries: it needs nothing from the template,
@@ -591,8 +556,8 @@ def host_python() -> GuestPython:
     loader = Path(os.path.realpath(_elf_interpreter(real)))
     if not _under_usr(real) or not _under_usr(loader):
         raise RuntimeUnavailableError(
-            "the template has no python3 and the host's python3 or its loader is outside "
-            "/usr; install python3 in the template")
+            "the guest agent runs on the host's python3, but it or its loader is outside "
+            "/usr; install python3 from the distribution (apt-get install python3)")
     libdirs = [str(loader.parent), "/usr/lib"]
     return GuestPython(
         # bin/python3, not python3.X: the template survives a host python upgrade.
