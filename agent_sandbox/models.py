@@ -161,6 +161,8 @@ class Execution(BaseModel):
     context_id: str = "default"
     # The context's kernel was found dead and started again (its variables were lost).
     kernel_restarted: bool = False
+    # Output past the per-cell cap (or that no honest kernel sends) was dropped.
+    truncated: bool = False
 
     @property
     def text(self) -> str | None:

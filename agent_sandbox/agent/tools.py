@@ -139,6 +139,9 @@ async def run_code(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
              else f"context {ex.context_id}"]
     if ex.kernel_restarted:
         parts.append("note: the kernel had died and was restarted: earlier variables are lost")
+    if ex.truncated:
+        parts.append("note: the cell produced more output than is kept (32 MiB); the rest "
+                     "was dropped: write big output to a file instead")
     for name, text in streams.items():
         if text:
             parts.append(f"--- {name} ---\n{text.rstrip()}")
@@ -172,7 +175,7 @@ async def run_code(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
     data = {"sandbox_id": sb.sandbox_id, "context": ex.context_id,
             "execution_count": ex.execution_count, **streams, "results": results,
             "error": ex.error.model_dump() if ex.error else None,
-            "kernel_restarted": ex.kernel_restarted, "truncated": bool(saved),
+            "kernel_restarted": ex.kernel_restarted, "truncated": bool(saved) or ex.truncated,
             "full_output": saved, "duration_ms": took}
     return ToolOutput("\n".join(parts), data, images)
 

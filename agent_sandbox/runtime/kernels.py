@@ -2,9 +2,10 @@
 
 Each context of a sandbox is one ``ipykernel`` process started inside the sandbox by the
 guest (a background exec), listening on ZeroMQ ``ipc`` sockets in the sandbox's run
-directory (``/.abx/run`` inside, ``<sandbox dir>/run`` on the host). The host writes the
-connection file there and talks to the kernel with ``jupyter_client`` over the same socket
-files: no network, and it works across the sandbox's network namespace.
+directory (``/.abx/run`` inside). The host writes the connection file there (by a confined
+descriptor, never by path) and never touches the sockets: a bridge process inside the
+sandbox (``guest/kernel_bridge.py``, a foreground exec) speaks ZeroMQ to the kernel and
+sends the host one checked, bounded line per event (``kernel_channel``, ``kernel_cell``).
 
 What the host knows about a context (its kernel's pid, socket names, HMAC key, cwd) is in
 ``<sandbox dir>/kernels/<context>.json``, outside the sandbox's reach, so a new engine
@@ -15,20 +16,15 @@ timeout, restarted when found dead, and end with their sandbox.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
-import re
 import secrets
-import stat
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import zmq
-from jupyter_client.blocking.client import BlockingKernelClient
 
 from agent_sandbox.errors import (
     InvalidArgumentError,
@@ -37,11 +33,13 @@ from agent_sandbox.errors import (
     SandboxError,
     WrongStateError,
 )
-from agent_sandbox.models import CodeContext, Execution, ExecutionError, Result
-from agent_sandbox.runtime import validate
+from agent_sandbox.models import CodeContext, Execution, ExecutionError
+from agent_sandbox.runtime import confined, validate
 from agent_sandbox.runtime.config import HOST_ID_BASE
 from agent_sandbox.runtime.guest_client import GuestClient, GuestUnavailableError
-from agent_sandbox.runtime.oci import GUEST_RUN_DIR
+from agent_sandbox.runtime.kernel_cell import CellOutput, ResultCallback, TextCallback
+from agent_sandbox.runtime.kernel_channel import CLOSED, KernelChannel
+from agent_sandbox.runtime.oci import GUEST_DIR, GUEST_RUN_DIR
 
 if TYPE_CHECKING:
     from agent_sandbox.runtime.engine import Engine
@@ -54,10 +52,7 @@ _READY_TIMEOUT = 60.0  # a kernel on a small CPU share under load can take a whi
 _LIVENESS_EVERY = 1.0  # seconds of silence between checks that the kernel still runs
 _INTERRUPT_GRACE = 5.0  # after SIGINT, how long a cell has to stop before a restart
 _KERNEL_LOG = 64 * 1024
-_ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-
-TextCallback = Callable[[str], None]
-ResultCallback = Callable[[Result], None]
+_BRIDGE = f"{GUEST_DIR}/kernel_bridge.py"
 
 
 class _KernelGone(Exception):
@@ -79,15 +74,11 @@ class _State:
 @dataclass
 class _Kernel:
     state: _State
-    client: BlockingKernelClient
+    channel: KernelChannel
+    cells: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.client.stop_channels()
-
-
-def _strip_ansi(text: str) -> str:
-    return _ANSI_RE.sub("", text)
+        self.channel.close()
 
 
 class Kernels:
@@ -253,7 +244,7 @@ class Kernels:
         if state.pid is not None and state.prefix is not None:
             try:
                 if self._running(sandbox_id, state):
-                    kernel = self._connect(sandbox_id, state, ready_timeout=10.0)
+                    kernel = self._connect(sandbox_id, state, tmpl, ready_timeout=10.0)
                     with self._guard:
                         self._kernels[(sandbox_id, ctx)] = kernel
                     return kernel, False
@@ -289,10 +280,15 @@ class Kernels:
     def _remove_files(self, sandbox_id: str, state: _State) -> None:
         if not state.prefix:
             return
-        run = self._run_dir(sandbox_id)
-        for name in [f"{state.prefix}.json"] + [f"{state.prefix}-{p}" for p in _PORTS.values()]:
-            with contextlib.suppress(OSError):
-                (run / name).unlink()
+        with contextlib.suppress(OSError):
+            run = confined.open_dir(self._run_dir(sandbox_id))
+            try:
+                for port in ["json", *map(str, _PORTS.values())]:
+                    sep = "." if port == "json" else "-"
+                    with contextlib.suppress(OSError):
+                        confined.unlink_beneath(run, f"{state.prefix}{sep}{port}")
+            finally:
+                os.close(run)
 
     def _connection(self, state: _State, ip: str) -> dict[str, Any]:
         return {"transport": "ipc", "ip": ip, "key": state.key,
@@ -303,11 +299,14 @@ class Kernels:
         assert tmpl.kernel is not None
         self._drop(sandbox_id, state.context)
         guest = self.engine._guest(sandbox_id, row)  # noqa: SLF001
-        run = self._run_dir(sandbox_id)
         self._remove_files(sandbox_id, state)
         state.prefix = f"k{secrets.token_hex(4)}"
-        conn_file = run / f"{state.prefix}.json"
-        fd = os.open(conn_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        run = confined.open_dir(self._run_dir(sandbox_id))
+        try:
+            fd = confined.open_beneath(run, f"{state.prefix}.json",
+                                       os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        finally:
+            os.close(run)
         # The kernel (the sandbox's root) may rewrite it: owned by that user. fchown, never
         # by path: the sandbox controls this directory and could swap in a link. Rootless,
         # the sandbox's root is this user already.
@@ -327,8 +326,7 @@ class Kernels:
         state.started_at = time.time()
         self._save(sandbox_id, state)
         try:
-            self._wait_sockets(sandbox_id, state)
-            kernel = self._connect(sandbox_id, state, ready_timeout=_READY_TIMEOUT)
+            kernel = self._connect(sandbox_id, state, tmpl, ready_timeout=_READY_TIMEOUT)
         except BaseException as exc:
             detail = self._kernel_log(sandbox_id, state.pid)
             self._stop(sandbox_id, state.context, state)
@@ -351,65 +349,33 @@ class Kernels:
             return ""
         return (out.stdout + out.stderr).decode(errors="replace").strip()[-3000:]
 
-    def _wait_sockets(self, sandbox_id: str, state: _State) -> None:
-        """Wait until the kernel has bound its sockets (checking they are sockets, not
-        links the sandbox planted: the host must not connect anywhere else)."""
-        run = self._run_dir(sandbox_id)
-        paths = [run / f"{state.prefix}-{p}" for p in _PORTS.values()]
-        deadline = time.monotonic() + _READY_TIMEOUT
-        last_check = time.monotonic()
-        while True:
-            found = 0
-            for path in paths:
-                try:
-                    mode = os.lstat(path).st_mode
-                except FileNotFoundError:
-                    break
-                if not stat.S_ISSOCK(mode):
-                    raise _KernelGone(f"{path.name} is not a socket")
-                found += 1
-            if found == len(paths):
-                return
-            now = time.monotonic()
-            if now > deadline:
-                raise TimeoutError(f"no kernel sockets after {_READY_TIMEOUT:.0f} s")
-            if now - last_check > 0.5:
-                last_check = now
-                if not self._running(sandbox_id, state):
-                    raise _KernelGone("the kernel process exited")
-            time.sleep(0.005)
-
-    def _connect(self, sandbox_id: str, state: _State, ready_timeout: float) -> _Kernel:
-        host_ip = str(self._run_dir(sandbox_id) / str(state.prefix))
-        for port in _PORTS.values():
-            if not stat.S_ISSOCK(os.lstat(f"{host_ip}-{port}").st_mode):
-                raise _KernelGone("kernel socket replaced")
-        client = BlockingKernelClient()
-        client.load_connection_info(self._connection(state, host_ip))
-        client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=False)
-        kernel = _Kernel(state, client)
+    def _connect(self, sandbox_id: str, state: _State, tmpl: Template,
+                 ready_timeout: float) -> _Kernel:
+        """A bridge to the context's kernel, once it says the kernel answers."""
+        assert tmpl.kernel is not None
+        python = tmpl.kernel.get("python") or tmpl.kernel["argv"][0]
+        argv = [python, "-I", _BRIDGE, f"{GUEST_RUN_DIR}/{state.prefix}.json",
+                str(ready_timeout)]
+        kernel = _Kernel(state, KernelChannel(self._guest(sandbox_id), argv, "/"))
         try:
-            self._wait_ready(sandbox_id, kernel, ready_timeout)
+            self._wait_ready(sandbox_id, kernel, ready_timeout + 5)
         except BaseException:
             kernel.close()
             raise
         return kernel
 
     def _wait_ready(self, sandbox_id: str, kernel: _Kernel, timeout: float) -> None:
-        """kernel_info until its busy/idle status arrives on iopub: the shell answers and
-        our iopub subscription is live (ZeroMQ drops what is published before it is)."""
-        client = kernel.client
         deadline = time.monotonic() + timeout
         last_check = time.monotonic()
         while time.monotonic() < deadline:
-            msg_id = client.kernel_info()
-            until = time.monotonic() + 0.25
-            while time.monotonic() < until:
-                msg = _recv(client.iopub_channel.socket, client, 0.05)
-                if msg is not None and msg["parent_header"].get("msg_id") == msg_id:
-                    _drain(client.shell_channel.socket, client)
-                    _drain(client.iopub_channel.socket, client)
-                    return
+            event = kernel.channel.next(0.2)
+            if event is CLOSED:
+                raise _KernelGone("the kernel bridge ended: "
+                                  + kernel.channel.stderr.strip()[-1000:])
+            if event is not None and event["t"] == "ready":
+                return
+            if event is not None and event["t"] == "fatal":
+                raise _KernelGone(str(event.get("message"))[:1000])
             if time.monotonic() - last_check > 1.0:
                 last_check = time.monotonic()
                 if not self._running(sandbox_id, kernel.state):
@@ -420,82 +386,61 @@ class Kernels:
     def _execute(self, sandbox_id: str, kernel: _Kernel, code: str, timeout: float,
                  on_stdout: TextCallback | None, on_stderr: TextCallback | None,
                  on_result: ResultCallback | None) -> Execution:
-        client = kernel.client
-        _drain(client.shell_channel.socket, client)  # replies of earlier cells
-        msg_id = client.execute(code, store_history=True, allow_stdin=False,
-                                stop_on_error=True)
-        execution = Execution()
-        stdout: list[str] = []
-        stderr: list[str] = []
+        channel = kernel.channel
+        channel.reset()  # whatever an earlier (timed-out) cell still sent
+        cell = next(kernel.cells)
+        channel.send({"op": "execute", "id": cell, "code": code})
+        out = CellOutput(on_stdout, on_stderr, on_result)
         started = time.monotonic()
         deadline = started + timeout
         last_check = started
         interrupted_at: float | None = None
         got_any = False
-        sock = client.iopub_channel.socket
         while True:
-            msg = _recv(sock, client, 0.2)
+            event = channel.next(0.2)
             now = time.monotonic()
-            if msg is None or msg["parent_header"].get("msg_id") != msg_id:
-                if interrupted_at is None and now > deadline:
-                    interrupted_at = now
-                    self._interrupt(sandbox_id, kernel)
-                elif interrupted_at is not None and now > interrupted_at + _INTERRUPT_GRACE:
-                    self._stop(sandbox_id, kernel.state.context, kernel.state)
-                    self._save(sandbox_id, kernel.state)
-                    execution.error = ExecutionError(
-                        name="TimeoutError",
-                        value=f"execution timed out after {timeout:g} s and the kernel did not "
-                              "stop on interrupt; it was restarted: its variables are lost")
+            if event is not None and event is not CLOSED and event.get("id") == cell:
+                got_any = True
+                if out.apply(event):
                     break
-                if msg is None and now - last_check > _LIVENESS_EVERY:
-                    last_check = now
-                    self.engine.store.touch(sandbox_id)  # a long cell is a use
-                    if not self._running(sandbox_id, kernel.state):
-                        code_ = self._exit_code(sandbox_id, kernel.state.pid)
-                        if not got_any and code_ == 137:
-                            # SIGKILLed with nothing published for this cell: dead before
-                            # it took it. (A cell that exits, e.g. os._exit, is its error:
-                            # it dies before its busy status leaves, so got_any can't tell.)
-                            raise _KernelGone("the kernel was killed")
-                        self._drop(sandbox_id, kernel.state.context)
-                        execution.error = ExecutionError(
-                            name="KernelDiedError",
-                            value=f"the kernel died while running this cell (exit code "
-                                  f"{code_}; 137 usually means out of memory); the next "
-                                  "run_code starts a new one: variables are lost")
-                        break
-                continue
-            got_any = True
-            kind = msg["msg_type"]
-            content = msg["content"]
-            if kind == "status":
-                if content.get("execution_state") == "idle":
+            # The deadline holds however much (or little) the sandbox sends.
+            if interrupted_at is None and now > deadline:
+                interrupted_at = now
+                self._interrupt(sandbox_id, kernel)
+            elif interrupted_at is not None and now > interrupted_at + _INTERRUPT_GRACE:
+                self._stop(sandbox_id, kernel.state.context, kernel.state)
+                self._save(sandbox_id, kernel.state)
+                out.execution.error = ExecutionError(
+                    name="TimeoutError",
+                    value=f"execution timed out after {timeout:g} s and the kernel did not "
+                          "stop on interrupt; it was restarted: its variables are lost")
+                break
+            if event is CLOSED or (event is None and now - last_check > _LIVENESS_EVERY):
+                last_check = now
+                self.engine.store.touch(sandbox_id)  # a long cell is a use
+                if not self._running(sandbox_id, kernel.state):
+                    code_ = self._exit_code(sandbox_id, kernel.state.pid)
+                    if not got_any and code_ == 137:
+                        # SIGKILLed with nothing published for this cell: dead before it
+                        # took it. (A cell that exits, e.g. os._exit, is its error: it dies
+                        # before its busy status leaves, so got_any can't tell.)
+                        raise _KernelGone("the kernel was killed")
+                    self._drop(sandbox_id, kernel.state.context)
+                    out.execution.error = ExecutionError(
+                        name="KernelDiedError",
+                        value=f"the kernel died while running this cell (exit code {code_}; "
+                              "137 usually means out of memory); the next run_code starts "
+                              "a new one: variables are lost")
                     break
-            elif kind == "stream":
-                text = content.get("text", "")
-                if content.get("name") == "stderr":
-                    stderr.append(text)
-                    if on_stderr:
-                        on_stderr(text)
-                else:
-                    stdout.append(text)
-                    if on_stdout:
-                        on_stdout(text)
-            elif kind in ("execute_result", "display_data"):
-                result = Result.from_bundle(content.get("data", {}),
-                                            is_main_result=kind == "execute_result")
-                execution.results.append(result)
-                if on_result:
-                    on_result(result)
-            elif kind == "execute_input":
-                execution.execution_count = content.get("execution_count")
-            elif kind == "error":
-                execution.error = ExecutionError(
-                    name=content.get("ename", ""), value=content.get("evalue", ""),
-                    traceback=_strip_ansi("\n".join(content.get("traceback", []))))
-            elif kind == "clear_output":
-                stdout.clear()
+                if event is CLOSED:
+                    self._drop(sandbox_id, kernel.state.context)
+                    out.execution.error = ExecutionError(
+                        name="KernelConnectionError",
+                        value="the connection to the kernel ended during this cell ("
+                              + (channel.stderr.strip()[-500:] or "no detail")
+                              + "); its variables are kept: run the cell again")
+                    break
+        execution = out.finish(channel.dropped)
         if interrupted_at is not None and (execution.error is None
                                            or execution.error.name != "TimeoutError"):
             trace = execution.error.traceback if execution.error else ""
@@ -503,8 +448,6 @@ class Kernels:
                 name="TimeoutError",
                 value=f"execution timed out after {timeout:g} s and was interrupted; the "
                       "context's variables are kept", traceback=trace)
-        execution.stdout = "".join(stdout)
-        execution.stderr = "".join(stderr)
         return execution
 
     def _interrupt(self, sandbox_id: str, kernel: _Kernel) -> None:
@@ -521,19 +464,6 @@ class Kernels:
         except SandboxError:
             return "?"
         return "?" if code is None else code
-
-
-def _recv(sock: zmq.Socket[Any], client: BlockingKernelClient,
-          timeout: float) -> dict[str, Any] | None:
-    if not sock.poll(int(timeout * 1000)):
-        return None
-    _, msg = client.session.recv(sock, mode=zmq.NOBLOCK)
-    return msg
-
-
-def _drain(sock: zmq.Socket[Any], client: BlockingKernelClient) -> None:
-    while sock.poll(0):
-        client.session.recv(sock, mode=zmq.NOBLOCK)
 
 
 def _check_language(language: str) -> None:

@@ -1,0 +1,106 @@
+"""One ``run_code`` cell's output, built from bridge events that the sandbox controls.
+
+Every field is type-checked (a wrong one is skipped, never raised), and what a cell may
+keep on the host is capped at ``MAX_CELL_OUTPUT`` bytes of stdout, stderr and results
+together: past it, output is dropped and ``Execution.truncated`` says so.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from agent_sandbox.models import Execution, ExecutionError, Result
+
+MAX_CELL_OUTPUT = 32 << 20
+_MAX_TRACEBACK = 256 * 1024
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+TextCallback = Callable[[str], None]
+ResultCallback = Callable[[Result], None]
+
+
+def _text(value: Any, limit: int | None = None) -> str:
+    text = value if isinstance(value, str) else ""
+    return text if limit is None else text[:limit]
+
+
+class CellOutput:
+    def __init__(self, on_stdout: TextCallback | None, on_stderr: TextCallback | None,
+                 on_result: ResultCallback | None) -> None:
+        self.execution = Execution()
+        self._stdout: list[str] = []
+        self._stderr: list[str] = []
+        self._stdout_size = 0
+        self._kept = 0  # bytes held for this cell
+        self._callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+        self._on_result = on_result
+
+    def _room(self, size: int) -> bool:
+        if self._kept + size > MAX_CELL_OUTPUT:
+            self.execution.truncated = True
+            return False
+        self._kept += size
+        return True
+
+    def apply(self, event: dict[str, Any]) -> bool:
+        """Take one event of this cell; True once the cell is over (its idle status)."""
+        kind = event["t"]
+        if kind == "idle":
+            return True
+        if kind == "stream":
+            self._stream(event)
+        elif kind == "result":
+            self._result(event)
+        elif kind == "count":
+            count = event.get("n")
+            if isinstance(count, int) and not isinstance(count, bool):
+                self.execution.execution_count = count
+        elif kind == "error":
+            trace = event.get("traceback")
+            lines = [line for line in trace if isinstance(line, str)] \
+                if isinstance(trace, list) else []
+            self.execution.error = ExecutionError(
+                name=_text(event.get("ename"), 1000), value=_text(event.get("evalue"), 64000),
+                traceback=_ANSI_RE.sub("", "\n".join(lines))[-_MAX_TRACEBACK:])
+        elif kind == "clear":
+            self._kept -= self._stdout_size
+            self._stdout.clear()
+            self._stdout_size = 0
+        return False
+
+    def _stream(self, event: dict[str, Any]) -> None:
+        name = "stderr" if event.get("name") == "stderr" else "stdout"
+        text = _text(event.get("text"))
+        if not text or not self._room(len(text)):
+            return
+        if name == "stdout":
+            self._stdout.append(text)
+            self._stdout_size += len(text)
+        else:
+            self._stderr.append(text)
+        callback = self._callbacks[name]
+        if callback:
+            callback(text)
+
+    def _result(self, event: dict[str, Any]) -> None:
+        data = event.get("data")
+        if not isinstance(data, dict) or not self._room(int(event.get("_bytes") or 0)):
+            return
+        try:
+            result = Result.from_bundle(data, is_main_result=event.get("main") is True)
+        except (ValidationError, TypeError, ValueError):
+            self.execution.truncated = True  # a bundle no honest kernel sends: dropped
+            return
+        self.execution.results.append(result)
+        if self._on_result:
+            self._on_result(result)
+
+    def finish(self, dropped: bool) -> Execution:
+        self.execution.stdout = "".join(self._stdout)
+        self.execution.stderr = "".join(self._stderr)
+        self.execution.truncated = self.execution.truncated or dropped
+        return self.execution
