@@ -22,12 +22,15 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from agent_sandbox.runtime.config import default_data_dir
 
 os.environ.setdefault("ABX_DATA_DIR", str(default_data_dir()))  # test_hostile reads it
 
 import test_hostile as h  # noqa: E402
 import test_hostile_host  # noqa: E402
+import test_hostile_kernels  # noqa: E402
 import test_state_files  # noqa: E402
 import test_tmpfs_caps  # noqa: E402
 
@@ -162,9 +165,9 @@ EXTRA = {f.__name__: f for f in (rootless_canaries, rootless_runs_as_the_user,
                                  rootless_limits)}
 
 
-# Every module of in-sandbox attacks run as the user (the kernel attacks need the
-# code-interpreter template, which test_rootless.py's own run_code test covers).
-HOSTILE = (h, test_hostile_host, test_state_files, test_tmpfs_caps)
+# Every module of in-sandbox attacks, run as the user (the kernel attacks skip if the
+# user's code-interpreter template is not built; test_rootless.py's run_code test builds it).
+HOSTILE = (h, test_hostile_host, test_hostile_kernels, test_state_files, test_tmpfs_caps)
 
 
 def _attack(name: str) -> Callable[..., None]:
@@ -227,6 +230,8 @@ def run(name: str) -> str:
     try:
         _call(fn)
         return "ok"
+    except pytest.skip.Exception as exc:
+        return f"skip: {exc.msg}"
     except BaseException:  # noqa: BLE001 - reported, the battery goes on
         return "fail: " + traceback.format_exc()[-3000:]
 
