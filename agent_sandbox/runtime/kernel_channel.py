@@ -57,7 +57,7 @@ def parse_event(line: bytes) -> dict[str, Any] | None:
     """A bridge line as an event (a dict with a string ``t``), or None if it is not one."""
     try:
         event = json.loads(line)
-    except ValueError:  # UnicodeDecodeError and JSONDecodeError alike
+    except (ValueError, RecursionError):  # bad UTF-8, bad JSON, 5000 digits, [[[[...
         return None
     if not isinstance(event, dict) or not isinstance(event.get("t"), str):
         return None

@@ -1,0 +1,47 @@
+"""Unit: the host's parsing of kernel bridge lines (hostile input), without a sandbox."""
+
+from __future__ import annotations
+
+from agent_sandbox.runtime.kernel_cell import MAX_CELL_OUTPUT, CellOutput
+from agent_sandbox.runtime.kernel_channel import MAX_EVENT, _Lines, parse_event
+
+
+def test_lines_are_split_and_overlong_ones_skipped() -> None:
+    lines = _Lines()
+    assert list(lines.feed(b'{"t": "a"}\n{"t"')) == [b'{"t": "a"}']
+    assert list(lines.feed(b': "b"}\n')) == [b'{"t": "b"}']
+    huge = b"x" * (MAX_EVENT + 10)
+    assert list(lines.feed(huge[:100])) == []
+    assert list(lines.feed(huge[100:])) == []  # skipped as it grows, never held whole
+    assert list(lines.feed(b"tail\n{}\n")) == [b"{}"] and lines.overlong == 1
+
+
+def test_parse_event_refuses_what_is_not_an_event() -> None:
+    for line in (b"[1]", b"nonsense", b'{"t": 5}', b"\xff\xfe", b"[" * 100000,
+                 b'{"t": "x", "n": ' + b"9" * 10000 + b"}", b'"t"'):
+        assert parse_event(line) is None, line[:20]
+    assert parse_event(b'{"t": "idle", "id": 1}') == {"t": "idle", "id": 1}
+
+
+def test_cell_output_checks_types_and_caps() -> None:
+    cell = CellOutput(None, None, None)
+    for event in ({"t": "count", "n": "x"}, {"t": "count", "n": True},
+                  {"t": "stream", "name": 5, "text": 7},
+                  {"t": "result", "data": {"image/png": 5}, "_bytes": 10},
+                  {"t": "result", "data": [1]},
+                  {"t": "error", "ename": [1], "evalue": {}, "traceback": "x"},
+                  {"t": "unknown"}):
+        assert cell.apply(event) is False
+    assert cell.apply({"t": "idle"}) is True
+    ex = cell.finish(dropped=False)
+    assert ex.execution_count is None and ex.results == [] and ex.truncated
+    assert ex.error is not None and (ex.error.name, ex.error.value) == ("", "")
+
+    cell = CellOutput(None, None, None)
+    chunk = "y" * (1 << 20)
+    for _ in range(MAX_CELL_OUTPUT // len(chunk) + 5):
+        cell.apply({"t": "stream", "name": "stdout", "text": chunk})
+    cell.apply({"t": "clear"})  # cleared output gives its room back
+    cell.apply({"t": "stream", "name": "stderr", "text": "after"})
+    ex = cell.finish(dropped=False)
+    assert ex.stdout == "" and ex.stderr == "after" and ex.truncated
