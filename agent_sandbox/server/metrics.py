@@ -14,6 +14,9 @@ from collections.abc import Iterable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+# Label values come from a fixed set: a client chooses the method it sends, and a label
+# per invented method would grow /metrics without bound.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -32,6 +35,8 @@ class Metrics:
             self.code_runs[outcome] += 1
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        method = method if method in METHODS else "other"
+        status = status if 100 <= status <= 599 else 0
         with self._lock:
             self.requests[(method, route, status)] += 1
             counts = self._hist.setdefault((method, route), [0] * (len(BUCKETS) + 1))
