@@ -14,6 +14,7 @@ import os
 import select
 import signal
 import socket
+import stat
 import sys
 import threading
 import time
@@ -885,8 +886,13 @@ class Agent:
         path = _path(req)
         mode = int(_int(req, "mode", 0o644, 0, 0o7777) or 0)
         append = bool(req.get("append"))
-        if os.path.isdir(path):
-            raise _bad(f"{path}: is a directory")
+        try:
+            mode_now = os.stat(path).st_mode
+        except OSError:
+            mode_now = None
+        if mode_now is not None and not stat.S_ISREG(mode_now):
+            # Never a device node, FIFO or socket: writing /dev/zero is a mistake, not a file.
+            raise _bad(f"{path}: is a {_kind(mode_now)}; files.write writes regular files")
         parent = os.path.dirname(path)
         try:
             os.makedirs(parent, exist_ok=True)
@@ -937,6 +943,9 @@ class Agent:
         tmp = os.path.join(directory, f".{name}.abx-{os.urandom(6).hex()}")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except FileNotFoundError:
+            # The directory exists (made above) but takes no new files: /proc, /sys.
+            raise _bad(f"{path}: its directory does not accept new files") from None
         except OSError as exc:
             raise _os_error(exc, path) from None
         try:
@@ -946,7 +955,10 @@ class Agent:
                 self._keep_owner(fd, path)
             finally:
                 os.close(fd)
-            os.replace(tmp, path)
+            try:
+                os.replace(tmp, path)
+            except OSError as exc:
+                raise _os_error(exc, path) from None
         except BaseException:
             try:
                 os.unlink(tmp)

@@ -44,3 +44,21 @@ def test_max_bytes(sandbox: Sandbox) -> None:
 
 def test_proc_files_still_read(sandbox: Sandbox) -> None:
     assert "Pid:" in sandbox.files.read("/proc/self/status")
+
+
+@pytest.mark.parametrize("path", ["/dev/zero", "/dev/null", "/proc/self/fd/0",
+                                  "/proc/version", "/sys/kernel/abx", "/.abx/guest/x"])
+def test_writes_where_no_file_can_be_are_invalid(sandbox: Sandbox, path: str) -> None:
+    """Devices, /proc, read-only mounts: a clear invalid_argument naming the path, at once;
+    the device stays what it was."""
+    with pytest.raises(InvalidArgumentError, match=path.replace(".", r"\.")):
+        sandbox.files.write(path, b"x")
+    assert sandbox.commands.run("test -c /dev/zero && test -c /dev/null").exit_code == 0
+
+
+def test_fifo_is_not_written(sandbox: Sandbox) -> None:
+    assert sandbox.commands.run("mkfifo /workspace/pipe").exit_code == 0
+    started = time.monotonic()
+    with pytest.raises(InvalidArgumentError, match="fifo"):
+        sandbox.files.write("/workspace/pipe", b"x")
+    assert time.monotonic() - started < 10
