@@ -773,7 +773,7 @@ class Engine:
              on_stdout: OutputCallback | None = None,
              on_stderr: OutputCallback | None = None) -> CommandResult:
         pid = validate.positive(pid, "pid", allow_none=False, integer=True)
-        timeout = validate.positive(timeout, "timeout")
+        timeout = validate.positive(timeout, "timeout", maximum=86400)
         result = self._call(sandbox_id, lambda g: g.wait(
             pid, timeout=timeout, on_stdout=_text_callback(on_stdout),
             on_stderr=_text_callback(on_stderr)))

@@ -31,6 +31,13 @@ def test_error_shape_and_statuses(gw: Gateway, sandbox_a: str) -> None:
              "invalid_argument", "relative"),
             (http.get(f"/v1/sandboxes/{sandbox_a}/files/stat"), 400, "invalid_argument",
              "path"),
+            (http.post(f"/v1/sandboxes/{sandbox_a}/processes/1/wait",
+                       json={"timeout": 5.4e16}), 400, "invalid_argument",
+             "timeout must be at most"),
+            (http.put(f"/v1/sandboxes/{sandbox_a}/files/content", params={"path": "/dev/zero"},
+                      content=b"x"), 400, "invalid_argument", "character device"),
+            (http.get(f"/v1/sandboxes/{sandbox_a}/files/content", params={"path": "/dev/tty"}),
+             400, "invalid_argument", "/dev/tty"),
         ]
     for response, status, code, fragment in cases:
         body = response.json()
