@@ -54,6 +54,7 @@ from agent_sandbox.runtime import (
     syscalls,
     validate,
 )
+from agent_sandbox.runtime.activity import Activity
 from agent_sandbox.runtime.config import HOST_ID_BASE, EngineConfig, Limits
 from agent_sandbox.runtime.guest_client import (
     ExecResult,
@@ -128,6 +129,7 @@ class Engine:
         self._guest_interpreter: GuestPython | None = None
         self._stop = threading.Event()
         self._pool_wake = threading.Event()
+        self._activity = Activity(self.store.touch, self._stop)
         self._code = Kernels(self)
         self.recover()
         if reaper:
@@ -701,15 +703,16 @@ class Engine:
         guest that breaks the protocol is stopped: the next call boots a genuine one."""
         client = self._guest(sandbox_id, row)
         try:
-            try:
-                return fn(client)
-            except GuestUnavailableError:
-                row = self._row(sandbox_id)
-                state = self.runc.state(sandbox_id)
-                if state and state["status"] in ("running", "paused"):
-                    raise
-                self._ensure_container(row)
-                return fn(GuestClient(self._socket(sandbox_id)))
+            with self._activity.busy(sandbox_id):
+                try:
+                    return fn(client)
+                except GuestUnavailableError:
+                    row = self._row(sandbox_id)
+                    state = self.runc.state(sandbox_id)
+                    if state and state["status"] in ("running", "paused"):
+                        raise
+                    self._ensure_container(row)
+                    return fn(GuestClient(self._socket(sandbox_id)))
         except GuestProtocolError as exc:
             with self._lock(sandbox_id):
                 self._code.forget(sandbox_id)
@@ -815,9 +818,10 @@ class Engine:
         """Run a cell in the context's Jupyter kernel (``default`` unless given); the
         kernel starts on first use and keeps its variables between calls."""
         ctx = context.id if isinstance(context, CodeContext) else context
-        return self._code.run_code(sandbox_id, code, language=language, timeout=timeout,
-                                   context=ctx, on_stdout=on_stdout, on_stderr=on_stderr,
-                                   on_result=on_result)
+        with self._activity.busy(sandbox_id):
+            return self._code.run_code(sandbox_id, code, language=language, timeout=timeout,
+                                       context=ctx, on_stdout=on_stdout, on_stderr=on_stderr,
+                                       on_result=on_result)
 
     def create_code_context(self, sandbox_id: str, cwd: str | None = None,
                             language: str = "python") -> CodeContext:
@@ -844,9 +848,10 @@ class Engine:
         first = next(chunks, None)
 
         def stream() -> Iterator[bytes]:
-            if first is not None:
-                yield first
-            yield from chunks
+            with self._activity.busy(sandbox_id):  # a slow download is activity
+                if first is not None:
+                    yield first
+                yield from chunks
 
         return stream()
 
@@ -922,6 +927,8 @@ class Engine:
         for row in self.store.list_sandboxes():
             idle_until = row.last_used + row.timeout
             try:
+                if self._activity.active(row.id):
+                    continue  # a call is in flight: not idle, whatever last_used says
                 if row.state == "running" and idle_until < now:
                     self.pause(row.id)
                 elif row.state == "paused" and idle_until + stop_after < now:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -120,6 +121,29 @@ def test_idle_timeout_auto_pauses_and_use_extends() -> None:
         sb.set_timeout(600)
         local_provider().reap_once()
         assert sb.info().state == "running"
+
+
+def test_calls_in_flight_are_activity() -> None:
+    """An 8 s command and an upload paced over 6 s, with a 3 s idle timeout and the real
+    reaper running: both complete; the idle timeout starts when the last call ends."""
+    with Sandbox.create(timeout=3) as sb:
+        result = sb.commands.run("sleep 8; echo finished", timeout=60)
+        assert (result.exit_code, result.stdout) == (0, "finished\n")
+
+        def paced() -> Iterator[bytes]:
+            for _ in range(12):
+                time.sleep(0.5)
+                yield b"x" * (1 << 20)
+
+        assert sb.files.write("/workspace/upload.bin", paced()) == 12 << 20
+        ended = time.monotonic()
+        assert sb.info().state == "running"
+        time.sleep(1.5)
+        assert sb.info().state == "running", "paused before its idle timeout"
+        while sb.info().state != "paused":
+            assert time.monotonic() - ended < 20, "never paused after the last call ended"
+            time.sleep(0.25)
+        assert sb.commands.run("wc -c < /workspace/upload.bin").stdout == f"{12 << 20}\n"
 
 
 def test_long_paused_sandbox_releases_memory_and_boots_again() -> None:
