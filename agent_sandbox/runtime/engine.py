@@ -65,7 +65,17 @@ from agent_sandbox.runtime.guest_client import (
 from agent_sandbox.runtime.kernels import Kernels
 from agent_sandbox.runtime.oci import DEFAULT_PATH, BundleSpec, build_config
 from agent_sandbox.runtime.runc import Runc
-from agent_sandbox.runtime.store import SandboxRow, Store, VolumeRow
+from agent_sandbox.runtime.sandbox_lock import SandboxLock, held_elsewhere
+from agent_sandbox.runtime.store import (
+    CREATING,
+    KILLING,
+    KILLING_VOLUME,
+    PAUSED,
+    RUNNING,
+    SandboxRow,
+    Store,
+    VolumeRow,
+)
 from agent_sandbox.runtime.templates import GuestPython, Template, TemplateStore, host_python
 
 GUEST_DIR = Path(__file__).resolve().parent.parent / "guest"
@@ -124,7 +134,7 @@ class Engine:
         self.store = Store(self.config.db_path)
         self.templates = TemplateStore(self.config.templates_dir, rootless=self.rootless)
         self.views = None if self.rootless else rootfs.IdmapViews(self.config.idmap_dir)
-        self._locks: dict[str, threading.RLock] = {}
+        self._locks: dict[str, SandboxLock] = {}
         self._locks_guard = threading.Lock()
         self._guest_interpreter: GuestPython | None = None
         self._stop = threading.Event()
@@ -168,6 +178,7 @@ class Engine:
             rootless.make_volume(self._volume_image(row.volume_id))
         else:
             disk.attach(self._volume_image(row.volume_id), self._dir(row.id) / "disk")
+        rootfs.sweep_trash(self._disk(row), rootless=self.rootless)  # a crashed reset's
 
     def _remove_volume_files(self, volume_id: str) -> None:
         if self.rootless:
@@ -203,9 +214,13 @@ class Engine:
         (never in anything the sandbox can see), handed to the guest as fd 3."""
         return str(self._dir(sandbox_id) / "guest.sock")
 
-    def _lock(self, sandbox_id: str) -> threading.RLock:
+    def _lock(self, sandbox_id: str) -> SandboxLock:
+        """The sandbox's lifecycle lock: this process's threads and other processes."""
         with self._locks_guard:
-            return self._locks.setdefault(sandbox_id, threading.RLock())
+            lock = self._locks.get(sandbox_id)
+            if lock is None:
+                lock = self._locks[sandbox_id] = SandboxLock(sandbox_id, self._dir(sandbox_id))
+            return lock
 
     # templates --------------------------------------------------------------------------
     def list_templates(self) -> list[TemplateInfo]:
@@ -612,11 +627,18 @@ class Engine:
             if row.state == "paused":
                 return self._info(row)
             self._ensure_container(row)
-            if self.rootless:
-                self._control(sandbox_id).freeze()
-            else:
-                self.runc.pause(sandbox_id)
-            self.store.update_sandbox(sandbox_id, state="paused")
+            # The row first: a crash before the freeze leaves "paused" over a running
+            # container, which the next use sorts out; the other order left "running"
+            # over a frozen guest, and every call waited on it.
+            self.store.update_sandbox(sandbox_id, state=PAUSED)
+            try:
+                if self.rootless:
+                    self._control(sandbox_id).freeze()
+                else:
+                    self.runc.pause(sandbox_id)
+            except BaseException:
+                self.store.update_sandbox(sandbox_id, state=RUNNING)
+                raise
         return self.info(sandbox_id)
 
     def resume(self, sandbox_id: str) -> SandboxInfo:
@@ -645,7 +667,10 @@ class Engine:
     def kill(self, sandbox_id: str, delete_volume: bool = False) -> None:
         with self._lock(sandbox_id):
             row = self._row(sandbox_id)
-            self.store.update_sandbox(sandbox_id, state="creating")  # hide it from now on
+            # Hidden from now on, and the answer about its volume is on record: a crash
+            # from here is finished by recover() the same way (the lock tells it we died).
+            self.store.update_sandbox(sandbox_id,
+                                      state=KILLING_VOLUME if delete_volume else KILLING)
             self._code.forget(sandbox_id, keep_contexts=False)
             self._destroy(row, delete_volume=delete_volume)
         with self._locks_guard:
@@ -895,12 +920,18 @@ class Engine:
         """Clean up after crashes: half-made sandboxes, orphan containers, mounts, dirs."""
         rows = {r.id: r for r in self.store.list_sandboxes()}
         for row in rows.values():
-            if row.state == "creating" and self._creator_gone(row.id):
+            if row.state == CREATING and self._creator_gone(row.id):
                 self._destroy(row, delete_volume=row.volume_id == f"vol-{row.id[4:]}")
-        live = {r.id for r in self.store.list_sandboxes()}
-        for container_id in self.runc.list_ids():
+            elif row.state in (KILLING, KILLING_VOLUME) and \
+                    not held_elsewhere(self._dir(row.id)):
+                self._destroy(row, delete_volume=row.state == KILLING_VOLUME)
+        live = {r.id: r for r in self.store.list_sandboxes()}
+        for container_id, status in self.runc.list_states().items():
             if container_id not in live:
                 self.runc.delete(container_id)
+            elif status == "paused" and live[container_id].state == RUNNING:
+                # Frozen under a "running" row (an older engine died mid-pause).
+                self.store.update_sandbox(container_id, state=PAUSED)
         for sbdir in self.config.sandboxes_dir.iterdir():
             if sbdir.name not in live and self._creator_gone(sbdir.name):
                 rootfs.unmount_rootfs(sbdir)

@@ -152,17 +152,37 @@ def unmount_rootfs(rootfs: Path) -> None:
             syscalls.umount(target, lazy=True)
 
 
+_TRASH = ".trash-"
+
+
 def wipe_system_layer(system_dir: Path, *, rootless: bool = False) -> None:
     """Throw the system layer away: rename (instant), then delete."""
     if not system_dir.exists():
         return
-    trash = system_dir.with_name(f".trash-{os.getpid()}-{os.urandom(4).hex()}")
+    trash = system_dir.with_name(f"{_TRASH}{os.getpid()}-{os.urandom(4).hex()}")
     os.replace(system_dir, trash)
     system_dir.mkdir()
+    if not rootless:
+        os.chown(system_dir, HOST_ID_BASE, HOST_ID_BASE)
+    _remove(trash, rootless)
+
+
+def sweep_trash(volume_root: Path, *, rootless: bool = False) -> None:
+    """Delete system layers a crashed wipe renamed but never removed (the sandbox cannot
+    see the volume's root, so these are ours)."""
+    try:
+        leftovers = [e for e in os.scandir(volume_root)
+                     if e.name.startswith(_TRASH) and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return
+    for entry in leftovers:
+        _remove(Path(entry.path), rootless)
+
+
+def _remove(tree: Path, rootless: bool) -> None:
     if rootless:
         from agent_sandbox.runtime.rootless import remove_tree
 
-        remove_tree(trash)  # sandboxes wrote it with subordinate ids too
+        remove_tree(tree)  # sandboxes wrote it with subordinate ids too
         return
-    os.chown(system_dir, HOST_ID_BASE, HOST_ID_BASE)
-    shutil.rmtree(trash, ignore_errors=True)
+    shutil.rmtree(tree, ignore_errors=True)  # fd-based: no link in it is followed

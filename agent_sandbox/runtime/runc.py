@@ -105,10 +105,14 @@ class Runc:
             self._run("delete", "--force", container_id, check=False)
 
     def list_ids(self) -> list[str]:
+        return list(self.list_states())
+
+    def list_states(self) -> dict[str, str]:
+        """Every container's id and runc status (one runc call for all)."""
         proc = self._run("list", "--format", "json", check=False)
         if proc.returncode != 0 or not proc.stdout.strip():
-            return []
-        return [c["id"] for c in json.loads(proc.stdout) or []]
+            return {}
+        return {c["id"]: c.get("status", "") for c in json.loads(proc.stdout) or []}
 
 
 def _is_zombie(pid: int) -> bool:

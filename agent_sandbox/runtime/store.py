@@ -41,6 +41,12 @@ CREATE TABLE IF NOT EXISTS volumes (
 """
 
 
+# A sandbox's state. Callers see the first two; the others are work in progress that a
+# crash leaves for recover() to finish: a create, or a kill keeping / deleting the volume.
+RUNNING, PAUSED = "running", "paused"
+CREATING, KILLING, KILLING_VOLUME = "creating", "killing", "killing-volume"
+
+
 @dataclass
 class SandboxRow:
     id: str

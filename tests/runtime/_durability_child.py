@@ -1,0 +1,93 @@
+"""A separate engine process for test_durability.py: one lifecycle step (to be SIGKILLed
+part way), or a fresh process's recovery and a survey of what it left.
+
+    python _durability_child.py OP [SANDBOX_ID]   # prints "go" once its engine is up
+    python _durability_child.py survey             # recovery, then one JSON line
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from agent_sandbox.errors import SandboxError
+from agent_sandbox.providers.local import local_provider
+
+BIG = "/workspace/big.bin"
+
+
+def step(op: str, sandbox_id: str) -> None:
+    engine = local_provider()
+    print("go", flush=True)
+    if op == "create":
+        print(engine.create().sandbox_id, flush=True)
+    elif op == "pause":
+        engine.pause(sandbox_id)
+    elif op == "resume":
+        engine.resume(sandbox_id)
+    elif op == "reset":
+        engine.reset_rootfs(sandbox_id)
+    elif op == "kill-keep":
+        engine.kill(sandbox_id, delete_volume=False)
+    elif op == "kill-delete":
+        engine.kill(sandbox_id, delete_volume=True)
+    elif op == "write":
+        engine.write_file(sandbox_id, BIG, os.urandom(8 << 20))
+    elif op == "race":  # pause/resume/kill from two processes at once; errors reported
+        errors = []
+        for i in range(20):
+            try:
+                (engine.pause if i % 2 else engine.resume)(sandbox_id)
+            except SandboxError as exc:
+                errors.append(f"{exc.code}: {exc}")
+        print(json.dumps(errors), flush=True)
+    else:
+        raise SystemExit(f"unknown op {op}")
+    print("done", flush=True)
+
+
+def survey() -> None:
+    engine = local_provider()  # its start is the recovery under test
+    data = engine.config.data_dir
+    live = {s.sandbox_id: s for s in engine.list()}
+    rows = {r.id: r.state for r in engine.store.list_sandboxes()}
+    usable = {}
+    for sandbox_id in live:
+        try:
+            usable[sandbox_id] = engine.run(sandbox_id, "echo ok", timeout=30).stdout
+        except SandboxError as exc:
+            usable[sandbox_id] = f"{exc.code}: {exc}"
+    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+              if line.split()[4].startswith(str(data / "sandboxes") + "/")]
+    loops = []
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        name = backing.read_text().strip()
+        if name.startswith(str(data)):
+            loops.append(name)
+    trash = [str(p) for p in (data / "sandboxes").glob("*/disk/.trash-*")]
+    volumes = {}
+    for vol in engine.list_volumes():
+        volumes[vol.volume_id] = vol.attached_to
+    print(json.dumps({
+        "rows": rows, "usable": usable, "volumes": volumes,
+        "containers": engine.runc.list_ids(),
+        "dirs": sorted(p.name for p in (data / "sandboxes").iterdir()),
+        "mounts": mounts, "loops": loops, "trash": trash,
+    }), flush=True)
+
+
+def workspace_hash(sandbox_id: str) -> str:
+    engine = local_provider()
+    return hashlib.sha256(b"".join(engine.read_file(sandbox_id, BIG))).hexdigest()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "survey":
+        survey()
+    elif sys.argv[1] == "hash":
+        print(workspace_hash(sys.argv[2]), flush=True)
+    else:
+        step(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "")
