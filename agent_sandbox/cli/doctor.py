@@ -253,12 +253,22 @@ def run_checks() -> list[Check]:
 
 
 def doctor(json_out: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+           = False,
+           cleanup: Annotated[bool, typer.Option(
+               "--cleanup", help="Instead: unmount what the embedded engine left on the host "
+                                 "(finish crashed work, drain the pool, release template "
+                                 "views); with no sandbox left the data dir can be deleted.")]
            = False) -> None:
     """Check this host can run sandboxes, and print the fix for each failure.
 
     Engine (root, daemon, rootless), runc, namespaces, overlayfs, cgroups, real limits, seccomp.
 
     Exits 1 when a required check fails."""
+    if cleanup:
+        from agent_sandbox.cli.cleanup import cleanup as run_cleanup
+
+        run_cleanup(json_out)
+        return
     checks = run_checks()
     failed = [c for c in checks if not c.ok and c.required]
     if want_json(json_out):

@@ -152,6 +152,11 @@ class Engine:
         self._stop.set()
         self._pool_wake.set()
         self._code.close()
+        if self.views is not None:
+            # The last process out leaves no host mounts behind when no sandbox exists
+            # (a data dir must be deletable without walking into read-only views).
+            with contextlib.suppress(Exception):
+                self.views.release(in_use=lambda: bool(self.store.list_sandboxes()))
 
     # paths ------------------------------------------------------------------------------
     @property
@@ -391,10 +396,9 @@ class Engine:
     def release_host_mounts(self) -> None:
         """Unmount the template views once no sandbox exists (before deleting the data
         dir: the views are read-only, but a recursive delete must not walk into them)."""
-        if self.store.list_sandboxes():
+        if self.views is not None and \
+                not self.views.release(in_use=lambda: bool(self.store.list_sandboxes())):
             raise WrongStateError("sandboxes still exist; kill them first")
-        if self.views is not None:
-            self.views.release()
 
     def drain_pool(self) -> int:
         """Destroy every warm, unclaimed sandbox; returns how many."""

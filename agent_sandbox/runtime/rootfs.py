@@ -7,11 +7,12 @@ directory is all ``reset_rootfs`` needs.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -41,13 +42,14 @@ class IdmapViews:
         self._known: dict[str, str] = {}
 
     def view(self, host_path: str) -> str:
-        if host_path not in self._known:
-            self.prepare([host_path])
+        self.prepare([host_path])
         return self._known[host_path]
 
     def prepare(self, paths: list[str]) -> None:
-        """Mount every missing view with one user namespace (cheaper than one each)."""
-        missing = [p for p in paths if p not in self._known]
+        """Mount every missing view with one user namespace (cheaper than one each).
+        A view's directory exists only while it is mounted (``release`` removes both), so
+        one another process released is seen as missing here."""
+        missing = [p for p in paths if not os.path.isdir(self._known.get(p, "\0"))]
         if not missing:
             return
         with _file_lock(self.root / ".lock"):
@@ -76,11 +78,20 @@ class IdmapViews:
                 if str(target) in mounted:
                     syscalls.umount(str(target), lazy=True)
 
-    def release(self) -> None:
-        """Unmount every view (only when no sandbox uses them: an engine reset)."""
+    def release(self, in_use: Callable[[], bool] = lambda: False) -> bool:
+        """Unmount and remove every view unless ``in_use()`` says a sandbox still needs
+        one (checked under the views' lock: a create records its sandbox before it
+        prepares views). Returns whether they were released."""
         with _file_lock(self.root / ".lock"):
+            if in_use():
+                return False
             unmount_rootfs(self.root)
+            for entry in os.scandir(self.root) if self.root.is_dir() else []:
+                if entry.is_dir(follow_symlinks=False):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(entry.path)  # empty now; never recursive
             self._known.clear()
+            return True
 
 
 def _layer_dirs(system_dir: Path, index: int) -> tuple[Path, Path]:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from conftest import Abx
+
+from agent_sandbox.runtime.rootfs import mounts_under
 
 BUSYBOX = shutil.which("busybox")
 
@@ -118,3 +121,19 @@ def test_every_command_has_help_with_an_example(abx: Abx) -> None:
     for command, r in zip(COMMANDS, results, strict=True):
         assert "Example" in r.out, command
     assert abx("nosuch", check=2).code == 2
+
+
+def test_doctor_cleanup_leaves_a_deletable_data_dir(abx: Abx) -> None:
+    """The uninstall path: with a sandbox left it says so; once killed, nothing of ours
+    stays mounted (the last process out releases the template views by itself too) and
+    the data dir deletes cleanly."""
+    data = Path(tempfile.mkdtemp(prefix="abx-cleanup-", dir="/var/tmp"))
+    env = {"ABX_DATA_DIR": str(data)}
+    sandbox_id = abx("sandbox", "create", "--json", env=env).json()["sandbox_id"]
+    busy = abx("doctor", "--cleanup", env=env, check=1)
+    assert sandbox_id in busy.out and "kill" in busy.out
+    abx("sandbox", "kill", sandbox_id, "--delete-volume", env=env)
+    assert mounts_under(data) == []  # the CLI's own exit released the views
+    report = abx("doctor", "--cleanup", "--json", env=env).json()
+    assert report["ok"] and report["sandboxes"] == [] and report["mounts_left"] == []
+    shutil.rmtree(data)  # no read-only view to walk into

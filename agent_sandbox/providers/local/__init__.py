@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import threading
 
 from agent_sandbox.runtime.engine import Engine
@@ -16,6 +17,7 @@ def local_provider() -> Engine:
     with _guard:
         if _engine is None:
             _engine = Engine()
+            atexit.register(_engine.close)  # releases host mounts nothing needs any more
         return _engine
 
 
