@@ -159,12 +159,38 @@ class _Conn:
             raise exc from None
 
     def close(self) -> None:
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)  # unblocks a stdin feeder thread
-        except OSError:
-            pass
+        _shutdown(self.sock)  # unblocks a stdin feeder thread
         self.rfile.close()
         self.sock.close()
+
+
+class Cancel:
+    """Ends an open-ended call from another thread: its connection is shut down (the
+    guest then kills a foreground command), whether the call has connected yet or not."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self.cancelled = False
+
+    def _bind(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sock = sock
+            if self.cancelled:
+                _shutdown(sock)
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled = True
+            if self._sock is not None:
+                _shutdown(self._sock)
+
+
+def _shutdown(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 class GuestClient:
@@ -262,8 +288,10 @@ class GuestClient:
         stdin: bytes | Iterable[bytes] | None = None,
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
+        cancel: Cancel | None = None,
     ) -> ExecResult:
-        """Run a command to completion, streaming output to the callbacks as it arrives."""
+        """Run a command to completion, streaming output to the callbacks as it arrives
+        (or until ``cancel`` ends it: the guest kills the command)."""
         req = {
             "op": "exec",
             "argv": list(argv),
@@ -276,6 +304,8 @@ class GuestClient:
         }
         total = None if timeout is None else timeout + STREAM_GRACE
         conn = self._open(req, total, frame_timeout=total)
+        if cancel is not None:
+            cancel._bind(conn.sock)  # noqa: SLF001 - the handle is this module's
         feeder: threading.Thread | None = None
         try:
             started, _ = conn.recv()

@@ -1,8 +1,11 @@
 """One ``run_code`` cell's output, built from bridge events that the sandbox controls.
 
-Every field is type-checked (a wrong one is skipped, never raised), and what a cell may
-keep on the host is capped at ``MAX_CELL_OUTPUT`` bytes of stdout, stderr and results
-together: past it, output is dropped and ``Execution.truncated`` says so.
+Every field is type-checked (a wrong one is skipped, never raised), every string has its
+lone surrogates replaced (they cannot be encoded as UTF-8 for any client), a result
+nested deeper than ``MAX_DEPTH`` is dropped (no serializer downstream takes it), and
+what a cell may keep on the host is capped at ``MAX_CELL_OUTPUT`` bytes (each event
+charged what it costs parsed): past it, output is dropped and ``Execution.truncated``
+says so.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from pydantic import ValidationError
 from agent_sandbox.models import Execution, ExecutionError, Result
 
 MAX_CELL_OUTPUT = 32 << 20
+MAX_DEPTH = 64
 _MAX_TRACEBACK = 256 * 1024
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_SURROGATES = re.compile("[\ud800-\udfff]")
 
 TextCallback = Callable[[str], None]
 ResultCallback = Callable[[Result], None]
@@ -25,7 +30,24 @@ ResultCallback = Callable[[Result], None]
 
 def _text(value: Any, limit: int | None = None) -> str:
     text = value if isinstance(value, str) else ""
-    return text if limit is None else text[:limit]
+    return _SURROGATES.sub("\ufffd", text if limit is None else text[:limit])
+
+
+class _TooDeep(ValueError):
+    pass
+
+
+def _clean(value: Any, depth: int = 0) -> Any:
+    """JSON data with every string made encodable; refused past MAX_DEPTH."""
+    if isinstance(value, str):
+        return _SURROGATES.sub("\ufffd", value)
+    if isinstance(value, list | dict) and depth >= MAX_DEPTH:
+        raise _TooDeep
+    if isinstance(value, list):
+        return [_clean(item, depth + 1) for item in value]
+    if isinstance(value, dict):
+        return {_clean(key): _clean(item, depth + 1) for key, item in value.items()}
+    return value
 
 
 class CellOutput:
@@ -61,7 +83,7 @@ class CellOutput:
                 self.execution.execution_count = count
         elif kind == "error":
             trace = event.get("traceback")
-            lines = [line for line in trace if isinstance(line, str)] \
+            lines = [_text(line) for line in trace if isinstance(line, str)] \
                 if isinstance(trace, list) else []
             self.execution.error = ExecutionError(
                 name=_text(event.get("ename"), 1000), value=_text(event.get("evalue"), 64000),
@@ -91,8 +113,8 @@ class CellOutput:
         if not isinstance(data, dict) or not self._room(int(event.get("_bytes") or 0)):
             return
         try:
-            result = Result.from_bundle(data, is_main_result=event.get("main") is True)
-        except (ValidationError, TypeError, ValueError):
+            result = Result.from_bundle(_clean(data), is_main_result=event.get("main") is True)
+        except (ValidationError, TypeError, ValueError):  # _TooDeep is a ValueError
             self.execution.truncated = True  # a bundle no honest kernel sends: dropped
             return
         self.execution.results.append(result)

@@ -2,10 +2,12 @@
 
 The bridge runs inside the sandbox as a foreground exec with stdin open, on a thread of
 ours; its stdout arrives through the guest's bounded frames and is split here into lines
-of at most ``MAX_EVENT`` bytes, each parsed and shape-checked before anyone sees it.
-What is not yet consumed is capped at ``MAX_PENDING`` bytes (beyond that, events are
-dropped and ``dropped`` says so). Nothing a bridge sends can pin a host thread (the reader
-is the only one that waits on it, and it ends with the exec) or grow the host unbounded.
+of at most ``MAX_EVENT`` bytes. The reader thread only splits and queues raw lines (no
+parsing: a line built to be slow to parse must not hold the GIL for every tenant), at
+most ``MAX_PENDING`` bytes of them, each charged for what parsing it can cost; beyond
+that lines are dropped and ``dropped`` says so. The consumer parses and checks each line
+as it takes it. ``close`` ends the exec from the host side (the guest then kills the
+bridge), so no bridge can keep a host thread or socket.
 """
 
 from __future__ import annotations
@@ -17,12 +19,19 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from agent_sandbox.runtime.guest_client import GuestClient
+from agent_sandbox.runtime.guest_client import Cancel, GuestClient
 
 MAX_EVENT = 8 << 20  # one line: a result bundle (a large PNG is a few MB of base64)
-MAX_PENDING = 16 << 20  # events received but not yet consumed
+MAX_PENDING = 16 << 20  # received but not yet consumed, charged as ``cost``
+MAX_CONTAINERS = 100_000  # JSON arrays/objects in one line: more is refused unparsed
+CONTAINER_COST = 64  # host bytes a parsed empty list or dict costs, about
 _STDERR_TAIL = 16 * 1024  # kept for the error when a bridge dies at start
 CLOSED: dict[str, Any] = {"t": "closed"}
+
+
+def cost(line: bytes) -> int:
+    """What holding ``line`` parsed may cost the host, in bytes (containers dominate)."""
+    return len(line) + CONTAINER_COST * (line.count(b"[") + line.count(b"{"))
 
 
 class _Lines:
@@ -55,26 +64,30 @@ class _Lines:
 
 def parse_event(line: bytes) -> dict[str, Any] | None:
     """A bridge line as an event (a dict with a string ``t``), or None if it is not one."""
+    if line.count(b"[") + line.count(b"{") > MAX_CONTAINERS:
+        return None  # refused before json.loads could spend seconds building it
     try:
         event = json.loads(line)
     except (ValueError, RecursionError):  # bad UTF-8, bad JSON, 5000 digits, [[[[...
         return None
     if not isinstance(event, dict) or not isinstance(event.get("t"), str):
         return None
+    event["_bytes"] = cost(line)  # the cell's budget charges the same
     return event
 
 
 class KernelChannel:
-    """One bridge process and the events it has sent."""
+    """One bridge process and the lines it has sent."""
 
     def __init__(self, guest: GuestClient, argv: list[str], cwd: str) -> None:
         self._requests: queue.Queue[bytes | None] = queue.Queue()
-        self._events: deque[tuple[dict[str, Any], int]] = deque()
-        self._pending = 0
+        self._pending: deque[tuple[bytes, int]] = deque()
+        self._pending_cost = 0
         self._cond = threading.Condition()
         self._lines = _Lines()
+        self._cancel = Cancel()
         self._closed = False
-        self.dropped = False  # events lost to MAX_PENDING or MAX_EVENT since reset()
+        self.dropped = False  # lines lost (budget, length, not an event) since reset()
         self.stderr = ""
         self._thread = threading.Thread(target=self._run, args=(guest, argv, cwd),
                                         name="kernel-bridge", daemon=True)
@@ -88,7 +101,8 @@ class KernelChannel:
     def _run(self, guest: GuestClient, argv: list[str], cwd: str) -> None:
         try:
             result = guest.exec(argv, cwd=cwd, timeout=None, max_output=_STDERR_TAIL,
-                                stdin=self._stdin(), on_stdout=self._on_stdout)
+                                stdin=self._stdin(), on_stdout=self._on_stdout,
+                                cancel=self._cancel)
             self.stderr = result.stderr.decode(errors="replace")
         except Exception as exc:  # noqa: BLE001 - any end of the exec is the bridge's end
             self.stderr = str(exc)
@@ -100,41 +114,45 @@ class KernelChannel:
 
     def _on_stdout(self, data: bytes) -> None:
         for line in self._lines.feed(data):
-            event = parse_event(line)
+            charge = cost(line)
             with self._cond:
-                if event is None or self._pending + len(line) > MAX_PENDING:
+                if self._pending_cost + charge > MAX_PENDING:
                     self.dropped = True
                     continue
-                event["_bytes"] = len(line)  # what it cost: the consumer's budget
-                self._events.append((event, len(line)))
-                self._pending += len(line)
+                self._pending.append((line, charge))
+                self._pending_cost += charge
                 self._cond.notify_all()
         if self._lines.overlong:
-            self.dropped = True
+            with self._cond:
+                self._lines.overlong = 0
+                self.dropped = True
 
     # the consumer ----------------------------------------------------------------------
     def send(self, request: dict[str, Any]) -> None:
         self._requests.put(json.dumps(request).encode() + b"\n")
 
     def reset(self) -> None:
-        """Forget what was not consumed (events of an earlier cell) and the dropped flag."""
+        """Forget what was not consumed (lines of an earlier cell) and the dropped flag."""
         with self._cond:
-            self._events.clear()
-            self._pending = 0
+            self._pending.clear()
+            self._pending_cost = 0
             self.dropped = False
-            self._lines.overlong = 0
 
     def next(self, timeout: float) -> dict[str, Any] | None:
         """The next event, ``CLOSED`` once the bridge has ended, or None after timeout."""
         with self._cond:
-            if not self._events and not self._closed:
+            if not self._pending and not self._closed:
                 self._cond.wait(timeout)
-            if self._events:
-                event, size = self._events.popleft()
-                self._pending -= size
-                return event
-            return CLOSED if self._closed else None
+            if not self._pending:
+                return CLOSED if self._closed else None
+            line, charge = self._pending.popleft()
+            self._pending_cost -= charge
+        event = parse_event(line)  # the caller's thread pays for parsing, budgeted
+        if event is None:
+            self.dropped = True
+        return event
 
     def close(self) -> None:
-        """End the bridge: its stdin closes and it exits (the exec then ends)."""
+        """End the bridge now: its connection is shut down and the guest kills it."""
         self._requests.put(None)
+        self._cancel.cancel()

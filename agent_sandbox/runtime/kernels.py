@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 CODE_TEMPLATE = "code-interpreter-v1"
 _PORTS = {"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5}
 _READY_TIMEOUT = 60.0  # a kernel on a small CPU share under load can take a while
+_MIN_START = 15.0  # what run_code allows a kernel to start, however short its timeout
 _LIVENESS_EVERY = 1.0  # seconds of silence between checks that the kernel still runs
 _INTERRUPT_GRACE = 5.0  # after SIGINT, how long a cell has to stop before a restart
 _KERNEL_LOG = 64 * 1024
@@ -142,7 +143,10 @@ class Kernels:
             restarted = False
             for attempt in range(2):
                 try:
-                    kernel, fresh = self._ensure(sandbox_id, row, tmpl, ctx)
+                    # A cell's caller waits for a kernel start about as long as it asked
+                    # to wait for the cell (a bridge that never answers pins nobody).
+                    ready = min(_READY_TIMEOUT, max(float(timeout), _MIN_START))
+                    kernel, fresh = self._ensure(sandbox_id, row, tmpl, ctx, ready)
                     restarted = restarted or fresh
                     execution = self._execute(sandbox_id, kernel, code, float(timeout),
                                               on_stdout, on_stderr, on_result)
@@ -232,7 +236,7 @@ class Kernels:
             kernel.close()
 
     def _ensure(self, sandbox_id: str, row: SandboxRow, tmpl: Template,
-                ctx: str) -> tuple[_Kernel, bool]:
+                ctx: str, ready: float) -> tuple[_Kernel, bool]:
         """The context's kernel: ours, a live one another engine process started, or a new
         one. The flag says a kernel that had run before was replaced (state lost)."""
         self.engine._guest(sandbox_id, row)  # noqa: SLF001 - resumes a paused sandbox
@@ -248,10 +252,10 @@ class Kernels:
                     with self._guard:
                         self._kernels[(sandbox_id, ctx)] = kernel
                     return kernel, False
-            except (_KernelGone, SandboxError):
-                pass
+            except (_KernelGone, SandboxError, TimeoutError):
+                pass  # not answering as it should: replaced below
             self._stop(sandbox_id, ctx, state)
-        return self._start(sandbox_id, row, tmpl, state), had_kernel
+        return self._start(sandbox_id, row, tmpl, state, ready), had_kernel
 
     def _guest(self, sandbox_id: str) -> GuestClient:
         return GuestClient(self.engine._socket(sandbox_id))  # noqa: SLF001
@@ -295,7 +299,7 @@ class Kernels:
                 "signature_scheme": "hmac-sha256", "kernel_name": "python3", **_PORTS}
 
     def _start(self, sandbox_id: str, row: SandboxRow, tmpl: Template,
-               state: _State) -> _Kernel:
+               state: _State, ready: float = _READY_TIMEOUT) -> _Kernel:
         assert tmpl.kernel is not None
         self._drop(sandbox_id, state.context)
         guest = self.engine._guest(sandbox_id, row)  # noqa: SLF001
@@ -326,7 +330,7 @@ class Kernels:
         state.started_at = time.time()
         self._save(sandbox_id, state)
         try:
-            kernel = self._connect(sandbox_id, state, tmpl, ready_timeout=_READY_TIMEOUT)
+            kernel = self._connect(sandbox_id, state, tmpl, ready_timeout=ready)
         except BaseException as exc:
             detail = self._kernel_log(sandbox_id, state.pid)
             self._stop(sandbox_id, state.context, state)

@@ -106,6 +106,10 @@ def test_output_flood_ends_on_time_and_bounded() -> None:
 # the bridge it says it is ready, then does what /workspace/mode says.
 _LIAR = r"""#!/bin/sh
 case "$*" in *kernel_bridge.py*) ;; *) trap '' INT; while :; do sleep 1; done ;; esac
+case "$(cat /workspace/mode)" in
+silent) exec sleep 100000 ;;
+stubborn) echo '{"t": "ready"}'; exec sleep 100000 ;;  # never reads: ignores close
+esac
 echo '{"t": "ready"}'
 read -r request
 case "$(cat /workspace/mode)" in
@@ -120,19 +124,27 @@ malformed)
     '{"id": 1, "t": "stream", "name": 5, "text": 7}' \
     '{"id": 1, "t": "error", "ename": [1], "evalue": {}, "traceback": "x"}' \
     '{"id": 2, "t": "idle"}' '{"id": 1, "t": "stream", "name": "stdout", "text": "ok"}' \
-    '{"id": 1, "t": "idle"}'
+    '{"id": 1, "t": "stream", "name": "stderr", "text": "a\ud800b"}'
+  cat /workspace/deep.json
+  echo '{"id": 1, "t": "idle"}'
   sleep 600 ;;
 esac
 """
 
 
-def _install_liar(sb: Sandbox, mode: str) -> None:
+def _install_liar(sb: Sandbox, mode: str, restart: bool = True) -> None:
     sb.files.write("/workspace/liar", _LIAR)
     sb.files.write("/workspace/mode", mode)
+    # A result nested past what any serializer takes, for the "malformed" mode.
+    sb.files.write("/workspace/deep.json", '{"id": 1, "t": "result", "data": '
+                   '{"application/json": ' + "[" * 300 + "]" * 300 + "}}\n")
     res = sb.commands.run("py=$(readlink -f /opt/abx-python/bin/python3); rm -f \"$py\"; "
                           "install -m 755 /workspace/liar \"$py\" && echo ok")
     assert res.stdout == "ok\n", res
-    sb.restart_code_context()  # a new kernel and bridge: both the liar now
+    if restart:
+        sb.restart_code_context()  # a new kernel and bridge: both the liar now
+    else:  # the next run_code starts them
+        sb.commands.run("pkill -9 -f 'm ipykernel_launche[r]'")
 
 
 def test_lying_bridge_endless_line_is_bounded() -> None:
@@ -162,5 +174,37 @@ def test_lying_bridge_malformed_events_are_skipped() -> None:
         execution = _within(30, lambda: sb.run_code("1", timeout=20))
         assert isinstance(execution, Execution)
         assert execution.stdout == "ok" and execution.results == [], execution
+        assert execution.stderr == "a\ufffdb"  # no lone surrogate reaches any client
         assert execution.execution_count is None and execution.truncated
         assert execution.error is not None and execution.error.name == ""
+        execution.model_dump_json()  # the 300-deep result was dropped, not passed on
+
+
+def test_stubborn_bridges_cost_no_host_thread() -> None:
+    """Bridges that never read their stdin again: each restart still ends the last one
+    from the host side (the guest kills it), so no host thread or socket is left."""
+    def bridges() -> int:
+        return sum(t.name == "kernel-bridge" for t in threading.enumerate())
+
+    with _code_sandbox() as sb:
+        assert sb.run_code("1").text == "1"
+        before = bridges()
+        _install_liar(sb, "stubborn")
+        for _ in range(5):
+            sb.restart_code_context()
+        deadline = time.monotonic() + 10
+        while bridges() > before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert bridges() <= before, f"{bridges() - before} bridge threads left behind"
+
+
+def test_silent_bridge_pins_a_short_cell_briefly() -> None:
+    """A bridge that never says it is ready: a run_code with timeout=1 gives a clear
+    error after the short start allowance, not after the minute a context start has."""
+    with _code_sandbox() as sb:
+        assert sb.run_code("1").text == "1"
+        _install_liar(sb, "silent", restart=False)
+        started = time.monotonic()
+        with pytest.raises(SandboxError, match="did not start"):
+            _within(40, lambda: sb.run_code("1", timeout=1))
+        assert time.monotonic() - started < 40

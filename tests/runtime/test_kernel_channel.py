@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from agent_sandbox.runtime.kernel_cell import MAX_CELL_OUTPUT, CellOutput
-from agent_sandbox.runtime.kernel_channel import MAX_EVENT, _Lines, parse_event
+from agent_sandbox.runtime.kernel_cell import MAX_CELL_OUTPUT, MAX_DEPTH, CellOutput
+from agent_sandbox.runtime.kernel_channel import (
+    CONTAINER_COST,
+    MAX_CONTAINERS,
+    MAX_EVENT,
+    _Lines,
+    parse_event,
+)
 
 
 def test_lines_are_split_and_overlong_ones_skipped() -> None:
@@ -20,7 +26,12 @@ def test_parse_event_refuses_what_is_not_an_event() -> None:
     for line in (b"[1]", b"nonsense", b'{"t": 5}', b"\xff\xfe", b"[" * 100000,
                  b'{"t": "x", "n": ' + b"9" * 10000 + b"}", b'"t"'):
         assert parse_event(line) is None, line[:20]
-    assert parse_event(b'{"t": "idle", "id": 1}') == {"t": "idle", "id": 1}
+    event = parse_event(b'{"t": "idle", "id": 1}')
+    assert event is not None and (event["t"], event["id"]) == ("idle", 1)
+    # Parsed cost is charged: 50k empty lists cost far more than their 150 kB of text.
+    many = b'{"t": "x", "a": [' + b"[]," * 50000 + b"[]]}"
+    assert parse_event(many)["_bytes"] >= 50000 * CONTAINER_COST  # type: ignore[index]
+    assert parse_event(b'{"t": "x", "a": [' + b"[]," * MAX_CONTAINERS + b"[]]}") is None
 
 
 def test_cell_output_checks_types_and_caps() -> None:
@@ -45,3 +56,21 @@ def test_cell_output_checks_types_and_caps() -> None:
     cell.apply({"t": "stream", "name": "stderr", "text": "after"})
     ex = cell.finish(dropped=False)
     assert ex.stdout == "" and ex.stderr == "after" and ex.truncated
+
+
+def test_cell_output_is_always_serializable() -> None:
+    """Lone surrogates become U+FFFD everywhere; a bundle nested past MAX_DEPTH is
+    dropped: what a cell returns always encodes as JSON for every client."""
+    cell = CellOutput(None, None, None)
+    deep: object = 1
+    for _ in range(MAX_DEPTH + 5):
+        deep = [deep]
+    cell.apply({"t": "stream", "name": "stdout", "text": "a\ud800b"})
+    cell.apply({"t": "result", "data": {"application/json": deep}})
+    cell.apply({"t": "result", "data": {"text/plain": "x\udfff", "x/y\ud800": ["\ud801"]}})
+    cell.apply({"t": "error", "ename": "E\ud800", "evalue": "v", "traceback": ["\udc00"]})
+    ex = cell.finish(dropped=False)
+    assert ex.stdout == "a\ufffdb" and ex.truncated and len(ex.results) == 1
+    assert ex.results[0].text == "x\ufffd" and ex.results[0].extra == {"x/y\ufffd": ["\ufffd"]}
+    assert ex.error is not None and ex.error.name == "E\ufffd"
+    ex.model_dump_json().encode()  # would raise on a lone surrogate or a 255-deep value
