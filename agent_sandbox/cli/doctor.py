@@ -216,6 +216,20 @@ def check_data_dir() -> Check:
                  "" if ok else f"mkdir -p {path} && chmod 711 {path}")
 
 
+def check_disk_headroom() -> Check:
+    """Free space where sandboxes live, against the reserve creates keep."""
+    from agent_sandbox.runtime.config import EngineConfig, default_data_dir
+
+    path = next(p for p in (default_data_dir(), *default_data_dir().parents) if p.exists())
+    free_mb = shutil.disk_usage(path).free >> 20
+    reserve_mb = EngineConfig().host_reserve_mb
+    ok = free_mb >= reserve_mb + 1024
+    return Check("disk headroom", ok, f"{free_mb / 1024:.1f} GB free on {path} (creates keep "
+                 f"{reserve_mb / 1024:.0f} GB free)",
+                 "" if ok else "free space: abx sandbox list, kill unused sandboxes, delete "
+                 "volumes (abx doctor --cleanup shows what is left)", required=False)
+
+
 def check_templates() -> Check:
     """The templates of the engine this user really gets (a daemon's or gateway's too)."""
     from agent_sandbox.providers.select import current_engine, default_provider
@@ -246,7 +260,7 @@ def run_checks() -> list[Check]:
     if rootless:
         checks += [check_tool("newuidmap", "uidmap", "ids 1-65535 inside sandboxes", False),
                    check_rootless_network()]
-    checks.append(check_data_dir())
+    checks += [check_data_dir(), check_disk_headroom()]
     if all(c.ok for c in checks if c.required):
         checks.append(check_templates())
     return checks

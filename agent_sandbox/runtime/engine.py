@@ -214,6 +214,11 @@ class Engine:
                            for name, on in self._enforced.items()},
                 "pause": "cgroup freezer", "network": "none, or slirp4netns (network=True)"}
 
+    def disk_headroom(self) -> dict[str, int]:
+        """Free bytes on the data dir's filesystem and the reserve creates keep."""
+        return {"free_bytes": shutil.disk_usage(self.config.data_dir).free,
+                "reserve_bytes": self.config.host_reserve_mb << 20}
+
     def _socket(self, sandbox_id: str) -> str:
         """The guest's listener: bound by the host in the sandbox's host-only directory
         (never in anything the sandbox can see), handed to the guest as fd 3."""

@@ -88,7 +88,8 @@ def test_doctor(abx: Abx) -> None:
     checks = {c["name"]: c for c in report["checks"]}
     assert {"engine", "engine mode", "container runtime", "namespaces", "user namespaces",
             "overlayfs", "cgroup controllers", "limits enforced", "seccomp",
-            "data dir"} <= set(checks)
+            "data dir", "disk headroom"} <= set(checks)
+    assert "GB free on" in checks["disk headroom"]["detail"]
     # As root: the root engine, and each limit said to be enforced or not.
     assert checks["engine mode"]["detail"].startswith("root engine")
     limits = dict(part.split(": ") for part in checks["limits enforced"]["detail"].split(", "))

@@ -126,6 +126,8 @@ def test_metrics_for_admin_only(gw: Gateway, sandbox_a: str) -> None:
     assert buckets == sorted(buckets) and len(buckets) > 1
     assert buckets[-1] == samples[f"abx_http_request_duration_seconds_count{{{route}}}"] == ran
     assert samples[f"abx_http_request_duration_seconds_sum{{{route}}}"] > 0
+    assert samples["abx_host_disk_free_bytes"] > 0
+    assert samples["abx_host_disk_reserve_bytes"] == 2048 << 20
     with gw.http("a") as http:
         assert http.get("/metrics").status_code == 404
     with gw.http() as http:

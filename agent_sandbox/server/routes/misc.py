@@ -45,5 +45,5 @@ def metrics(state: State, who: Caller) -> PlainTextResponse:
     """Prometheus text format; an admin key (or an open gateway) only."""
     require_admin(who)
     states = [s.state for s in state.engine.list()]
-    return PlainTextResponse(state.metrics.render(states),
+    return PlainTextResponse(state.metrics.render(states, state.engine.disk_headroom()),
                              media_type="text/plain; version=0.0.4")
