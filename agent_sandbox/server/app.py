@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio.to_thread
 from fastapi import FastAPI
@@ -23,6 +24,31 @@ _ERROR_DOCS = {status: {"model": ErrorBody, "description": what} for status, wha
     (400, "invalid argument"), (401, "no or bad API key"), (404, "not found"),
     (409, "wrong state"), (429, "quota exceeded (see Retry-After)"),
     (503, "runtime unavailable"), (504, "timeout"))}
+_ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+
+
+def _documented(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """FastAPI's OpenAPI document, told what the error handlers really answer: every
+    error is an ErrorBody in JSON (also where the success is text, as on /metrics), and a
+    malformed request is a 400, never the 422 FastAPI announces by default."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            spec = build()
+            for operations in spec["paths"].values():
+                for operation in operations.values():
+                    responses = operation["responses"]
+                    responses.pop("422", None)
+                    for status, response in responses.items():
+                        if status[0] in "45":
+                            response["content"] = _ERROR_CONTENT
+            schemas = spec.get("components", {}).get("schemas", {})
+            for unused in ("HTTPValidationError", "ValidationError"):
+                schemas.pop(unused, None)
+        return app.openapi_schema  # type: ignore[return-value]
+
+    return openapi
 
 
 def create_app(engine: Engine | None = None, keys: KeyStore | None = None) -> FastAPI:
@@ -40,6 +66,7 @@ def create_app(engine: Engine | None = None, keys: KeyStore | None = None) -> Fa
     app = FastAPI(title="agent-sandbox gateway", version="1", lifespan=lifespan,
                   responses=_ERROR_DOCS)  # type: ignore[arg-type]
     app.state.gateway = state
+    app.openapi = _documented(app)  # type: ignore[method-assign]
     errors.install(app)
     for module in (sandboxes, commands, code, files, misc):
         app.include_router(module.router)
