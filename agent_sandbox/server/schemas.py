@@ -1,23 +1,193 @@
-"""Request bodies. Types are kept loose on purpose (``int | float`` for sizes, plain
-``str`` for paths): the engine's validation is the one source of truth, so a bad value
-gets the same message remotely as locally."""
+"""Request and response bodies, and what every input of the gateway may be.
+
+The engine's validation (``agent_sandbox.runtime.validate``, the engine's and the guest's
+own checks) is the source of truth. A constrained input is checked when the request is
+parsed by the engine's own function, so a bad value gets the same message remotely as
+locally and a streamed call fails with a status, not an event; its JSON Schema keywords
+say the same thing, so /openapi.json describes exactly what is accepted. JSON types are
+strict: no ``"1"`` for 1, no ``1`` for true. Bounds the engine and the guest keep as
+literals are named here; tests/server/test_schema_bounds.py checks the engine agrees at
+each of them.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import base64
+import os
+import re
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
+
+from agent_sandbox.errors import InvalidArgumentError
+from agent_sandbox.runtime import validate
+from agent_sandbox.runtime.store import PAUSED, RUNNING
+from agent_sandbox.runtime.templates import _NAME_RE as _TEMPLATE_NAME
+from agent_sandbox.runtime.templates import validate_name
+
+# Bounds the engine (engine.py, kernels.py) and the guest agent keep as literals.
+MAX_COMMAND_TIMEOUT = 86400  # run, wait and run_code: at most a day
+MAX_SANDBOX_TIMEOUT = 30 * 86400  # create and set_timeout: idle seconds, 30 days
+MIN_MEMORY_MB, MAX_MEMORY_MB = 32, 1 << 20
+MIN_DISK_MB, MAX_DISK_MB = 16, 1 << 22
+MAX_CPU = os.cpu_count() or 1  # the engine's bound: this host's CPUs
+# The gateway's own bound: the engine takes any cpu > 0, but the kernel refuses a CPU
+# quota under 1 ms per 100 ms period, and the sandbox would not start (a 503).
+MIN_CPU = 0.01
+MAX_PATH = 4096  # characters, validate.path
+MAX_DEPTH = 64  # list_files
+MAX_MODE = 0o7777  # permission bits of an upload
+MAX_PID = 1 << 22  # the guest's bound, the kernel's PID_MAX_LIMIT
+MAX_FILE_OFFSET = 1 << 62  # the guest's bound on a read's offset and limit
+MIN_SIGNAL, MAX_SIGNAL = 1, 64  # the guest's bound
+LANGUAGES = ("python", "python3")  # kernels.py: the code interpreter runs python
+SANDBOX_STATES = (RUNNING, PAUSED)
+
+SANDBOX_ID_PATTERN = validate._SANDBOX_ID.pattern
+CODE_CONTEXT_PATTERN = validate._CODE_CONTEXT.pattern
+ENV_NAME_PATTERN = validate._ENV_NAME.pattern
+TEMPLATE_NAME_PATTERN = _TEMPLATE_NAME.pattern
+NO_NUL_PATTERN = r"^[^\x00]*$"
+PATH_PATTERN = r"^/[^\x00]*$"  # validate.path: absolute, no NUL byte
+# Whitespace as str.strip() sees it (validate.command), spelled out: JSON Schema's \s
+# leaves out \x1c-\x1f. A command needs one other character, and no NUL byte.
+_SPACE = "".join(f"\\u{i:04x}" for i in range(0x10000) if chr(i).isspace())
+COMMAND_PATTERN = rf"^[^\x00]*[^\x00{_SPACE}][^\x00]*$"
+BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+_BASE64 = re.compile(BASE64_PATTERN)
+
+
+def whole_match(pattern: str, value: str, what: str) -> str:
+    """After the engine's check: its pattern's ``$`` also takes a final newline, JSON
+    Schema's (and this gateway's) does not."""
+    if not re.fullmatch(pattern, value):
+        raise InvalidArgumentError(f"invalid {what} {value!r}")
+    return value
+
+
+def base64_bytes(value: str | None, what: str) -> bytes | None:
+    """Exactly what BASE64_PATTERN allows (b64decode alone also takes excess padding)."""
+    if value is None:
+        return None
+    if not _BASE64.fullmatch(value):
+        raise InvalidArgumentError(f"{what} is not valid base64")
+    return base64.b64decode(value, validate=True)
+
+
+def positive(what: str, maximum: float, *, integer: bool = False,
+             allow_none: bool = False) -> AfterValidator:
+    """The engine's check of a number in (0, maximum]."""
+
+    def check(value: Any) -> Any:
+        try:
+            return validate.positive(value, what, allow_none=allow_none, maximum=maximum,
+                                     integer=integer)
+        except OverflowError:  # float() of a huge integer, in the whole-number test
+            bound = "greater than 0" if value <= 0 else f"at most {maximum}"
+            raise InvalidArgumentError(f"{what} must be {bound}, got {value}") from None
+
+    return AfterValidator(check)
+
+
+def _number(maximum: float, **more: Any) -> Any:
+    return Field(json_schema_extra={"exclusiveMinimum": 0, "maximum": maximum, **more})
+
+
+def _integer(minimum: int, maximum: int, **more: Any) -> WithJsonSchema:
+    # `int | float` below, strict: 32.0 is an integer to JSON Schema, and to the engine.
+    return WithJsonSchema({"type": "integer", "minimum": minimum, "maximum": maximum, **more})
+
+
+def _path_schema() -> Any:
+    return Field(json_schema_extra={"pattern": PATH_PATTERN, "maxLength": MAX_PATH})
+
+
+def absolute(what: str) -> AfterValidator:
+    """The engine's check of an absolute path."""
+    return AfterValidator(lambda v: validate.path(v, what))
+
+
+def _cpu(value: float) -> float:
+    if value < MIN_CPU:
+        raise InvalidArgumentError(f"cpu must be at least {MIN_CPU} (the smallest CPU quota "
+                                   f"the kernel allows), got {value!r}")
+    return value
+
+
+def _cwd(value: str) -> str:
+    return validate.path(value, "cwd") if value else value  # empty: the default
+
+
+def _envs(value: dict[str, str]) -> dict[str, str]:
+    validate.envs(value)
+    for name in value:
+        whole_match(ENV_NAME_PATTERN, name, "environment variable name")
+    return value
+
+
+def _text(value: Any, where: str = "body") -> None:
+    """JSON can escape lone surrogates (``"\\ud800"``), which are not Unicode text: no
+    command, path or stdin can carry one."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidArgumentError(f"{where}: not valid Unicode text (a lone "
+                                       "surrogate)") from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _text(key, where)
+            _text(item, f"{where}.{key}" if isinstance(key, str) else where)
+    elif isinstance(value, list):
+        for item in value:
+            _text(item, where)
+
+
+CommandTimeout = Annotated[
+    float, _number(MAX_COMMAND_TIMEOUT),
+    positive("timeout", MAX_COMMAND_TIMEOUT)]
+SandboxTimeout = Annotated[
+    float, _number(MAX_SANDBOX_TIMEOUT, description="idle seconds before auto-pause"),
+    positive("timeout", MAX_SANDBOX_TIMEOUT)]
+AbsolutePath = Annotated[str, _path_schema(), absolute("path")]
+Cwd = Annotated[str, Field(json_schema_extra={
+    "pattern": r"^(?:/[^\x00]*)?$", "maxLength": MAX_PATH,
+    "description": "absolute; empty or null: the template's working directory"}),
+    AfterValidator(_cwd)]
+Envs = Annotated[dict[str, str], WithJsonSchema({
+    "type": "object", "propertyNames": {"pattern": ENV_NAME_PATTERN},
+    "additionalProperties": {"type": "string", "pattern": NO_NUL_PATTERN}}),
+    AfterValidator(_envs)]
+Command = Annotated[str, Field(json_schema_extra={
+    "pattern": COMMAND_PATTERN, "description": "run by /bin/sh -c"}),
+    AfterValidator(validate.command)]
+Base64 = Annotated[str, Field(json_schema_extra={"pattern": BASE64_PATTERN})]
+Language = Annotated[str, Field(json_schema_extra={"enum": list(LANGUAGES)})]
+CodeContextId = Annotated[str, Field(json_schema_extra={"pattern": CODE_CONTEXT_PATTERN})]
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unicode(cls, data: Any) -> Any:
+        _text(data)
+        return data
 
 
 class CreateSandbox(_Body):
-    template: str = "base"
-    timeout: float = Field(300, description="idle seconds before auto-pause")
-    envs: dict[str, str] | None = None
-    cpu: float | None = None
-    memory_mb: int | float | None = None
-    disk_mb: int | float | None = None
+    template: Annotated[str, Field(json_schema_extra={"pattern": TEMPLATE_NAME_PATTERN}),
+                        AfterValidator(validate_name)] = "base"
+    timeout: SandboxTimeout = 300
+    envs: Envs | None = None
+    cpu: Annotated[float, Field(json_schema_extra={
+        "minimum": MIN_CPU, "maximum": MAX_CPU, "description": "CPUs, at most the host's"}),
+        positive("cpu", MAX_CPU), AfterValidator(_cpu)] | None = None
+    memory_mb: Annotated[int | float, _integer(MIN_MEMORY_MB, MAX_MEMORY_MB),
+                         positive("memory_mb", MAX_MEMORY_MB, integer=True)] | None = None
+    disk_mb: Annotated[int | float, _integer(MIN_DISK_MB, MAX_DISK_MB),
+                       positive("disk_mb", MAX_DISK_MB, integer=True)] | None = None
     network: bool = False
     persistent: bool = False
     metadata: dict[str, str] | None = None
@@ -25,23 +195,30 @@ class CreateSandbox(_Body):
 
 
 class SetTimeout(_Body):
-    timeout: float
+    timeout: SandboxTimeout
+
+
+_ONE_OF_STDIN = {"not": {"required": ["stdin", "stdin_base64"], "properties": {
+    "stdin": {"type": "string"}, "stdin_base64": {"type": "string"}}},
+    "description": "`stdin` and `stdin_base64` are not both given"}
 
 
 class RunCommand(_Body):
-    cmd: str
-    cwd: str | None = None
-    envs: dict[str, str] | None = None
-    timeout: float | None = None
+    model_config = ConfigDict(json_schema_extra=_ONE_OF_STDIN)
+
+    cmd: Command
+    cwd: Cwd | None = None
+    envs: Envs | None = None
+    timeout: CommandTimeout | None = None
     stdin: str | None = None
-    stdin_base64: str | None = Field(None, description="binary stdin, base64")
+    stdin_base64: Base64 | None = Field(None, description="binary stdin, base64")
     stream: bool = Field(False, description="answer NDJSON events instead of one result")
 
 
 class StartProcess(_Body):
-    cmd: str
-    cwd: str | None = None
-    envs: dict[str, str] | None = None
+    cmd: Command
+    cwd: Cwd | None = None
+    envs: Envs | None = None
 
 
 class Started(BaseModel):
@@ -49,21 +226,29 @@ class Started(BaseModel):
 
 
 class WaitProcess(_Body):
-    timeout: float | None = None
+    timeout: CommandTimeout | None = None
     stream: bool = False
 
 
 class KillProcess(_Body):
-    signal: int = 9
+    signal: Annotated[int | float, _integer(MIN_SIGNAL, MAX_SIGNAL),
+                      positive("signal", MAX_SIGNAL, integer=True)] = 9
 
 
 class Killed(BaseModel):
     killed: bool
 
 
+_ONE_OF_DATA = {"not": {"required": ["data", "data_base64"], "properties": {
+    "data": {"type": "string"}, "data_base64": {"type": "string"}}},
+    "description": "`data` and `data_base64` are not both given"}
+
+
 class SendStdin(_Body):
+    model_config = ConfigDict(json_schema_extra=_ONE_OF_DATA)
+
     data: str | None = None
-    data_base64: str | None = None
+    data_base64: Base64 | None = None
     close: bool = False
 
 
@@ -73,25 +258,27 @@ class CustomCommand(_Body):
 
 class RunCode(_Body):
     code: str
-    language: str = "python"
-    timeout: int | float | None = Field(60, description="seconds; past it the cell is interrupted "
-                                                  "and the context's variables are kept")
-    context: str | None = Field(None, description="code context id (default: `default`)")
+    language: Language = "python"
+    timeout: CommandTimeout | None = Field(
+        60, description="seconds (null: 60); past it the cell is interrupted and the "
+                        "context's variables are kept")
+    context: CodeContextId | None = Field(None, description="code context id (default: "
+                                                           "`default`)")
     stream: bool = Field(False, description="answer NDJSON events instead of one result")
 
 
 class CreateCodeContext(_Body):
-    cwd: str | None = Field(None, description="working directory (default: the template's)")
-    language: str = "python"
+    cwd: Cwd | None = Field(None, description="working directory (default: the template's)")
+    language: Language = "python"
 
 
 class PathBody(_Body):
-    path: str
+    path: AbsolutePath
 
 
 class RenameBody(_Body):
-    src: str
-    dst: str
+    src: Annotated[str, _path_schema(), absolute("source path")]
+    dst: Annotated[str, _path_schema(), absolute("destination path")]
 
 
 class Written(BaseModel):
@@ -110,4 +297,4 @@ class Health(BaseModel):
 class ErrorBody(BaseModel):
     code: str
     message: str
-    details: dict = {}
+    details: dict[str, Any] = {}

@@ -11,11 +11,12 @@ from fastapi import APIRouter, Path, Response
 from agent_sandbox.errors import SandboxError
 from agent_sandbox.models import CodeContext, Execution, Result
 from agent_sandbox.server.routes._deps import Caller, SandboxId, State
-from agent_sandbox.server.schemas import CreateCodeContext, RunCode
+from agent_sandbox.server.schemas import CODE_CONTEXT_PATTERN, CreateCodeContext, RunCode
 from agent_sandbox.server.streaming import NDJSON, Emit, ndjson_response
 
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}/code", tags=["code"])
-ContextId = Annotated[str, Path(max_length=64, description="code context id, or `default`")]
+ContextId = Annotated[str, Path(description="code context id, or `default`",
+                                json_schema_extra={"pattern": CODE_CONTEXT_PATTERN})]
 
 
 def _event(name: str, schema: dict[str, Any]) -> dict[str, Any]:

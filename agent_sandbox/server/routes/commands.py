@@ -3,8 +3,6 @@ output events when ``stream`` is set), background processes, stdin, signals."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Response
@@ -14,6 +12,7 @@ from agent_sandbox.errors import InvalidArgumentError
 from agent_sandbox.models import CommandResult, ProcessInfo, ProcessOutput
 from agent_sandbox.server.routes._deps import Caller, SandboxId, State
 from agent_sandbox.server.schemas import (
+    MAX_PID,
     CustomCommand,
     Killed,
     KillProcess,
@@ -22,11 +21,15 @@ from agent_sandbox.server.schemas import (
     Started,
     StartProcess,
     WaitProcess,
+    base64_bytes,
+    positive,
 )
 from agent_sandbox.server.streaming import RunFn, ndjson_events
 
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["commands"])
-Pid = Annotated[int, Path(description="process id inside the sandbox")]
+Pid = Annotated[int, Path(description="process id inside the sandbox",
+                          json_schema_extra={"minimum": 1, "maximum": MAX_PID}),
+                positive("pid", MAX_PID, integer=True)]
 _NDJSON = "application/x-ndjson"
 _STREAM_DOC: dict[int | str, dict[str, Any]] = {200: {"content": {_NDJSON: {}}}}
 
@@ -36,10 +39,7 @@ def _bytes(text: str | None, b64: str | None, what: str) -> str | bytes | None:
         raise InvalidArgumentError(f"give {what} or {what}_base64, not both")
     if b64 is None:
         return text
-    try:
-        return base64.b64decode(b64, validate=True)
-    except (binascii.Error, ValueError):
-        raise InvalidArgumentError(f"{what}_base64 is not valid base64") from None
+    return base64_bytes(b64, f"{what}_base64")
 
 
 def _streamed(run: RunFn, slot: Any = None) -> StreamingResponse:
@@ -87,9 +87,7 @@ def wait_process(sandbox_id: SandboxId, pid: Pid, body: WaitProcess,
 
 @router.post("/processes/{pid}/kill")
 def kill_process(sandbox_id: SandboxId, pid: Pid, body: KillProcess, state: State) -> Killed:
-    if not 1 <= body.signal <= 64:
-        raise InvalidArgumentError(f"signal must be 1-64, got {body.signal}")
-    return Killed(killed=state.engine.kill_process(sandbox_id, pid, body.signal))
+    return Killed(killed=state.engine.kill_process(sandbox_id, pid, int(body.signal)))
 
 
 @router.post("/processes/{pid}/stdin", status_code=204)

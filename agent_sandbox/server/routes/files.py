@@ -2,22 +2,48 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import anyio.to_thread
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from agent_sandbox.models import EntryInfo
 from agent_sandbox.server.routes._deps import SandboxId, State
-from agent_sandbox.server.schemas import Exists, PathBody, RenameBody, Written
+from agent_sandbox.server.schemas import (
+    MAX_DEPTH,
+    MAX_FILE_OFFSET,
+    MAX_MODE,
+    MAX_PATH,
+    PATH_PATTERN,
+    Exists,
+    PathBody,
+    RenameBody,
+    Written,
+    absolute,
+    positive,
+)
 from agent_sandbox.server.streaming import request_chunks
 
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}/files", tags=["files"])
 _BYTES_DOC = {200: {"content": {"application/octet-stream": {}}}}
+FilePath = Annotated[str, Query(description="absolute path in the sandbox", json_schema_extra={
+    "pattern": PATH_PATTERN, "maxLength": MAX_PATH}), absolute("path")]
+Offset = Annotated[int, Query(description="bytes to skip", json_schema_extra={
+    "minimum": 0, "maximum": MAX_FILE_OFFSET})]
+Limit = Annotated[int | None, Query(description="bytes to read at most (default: all)",
+                                    json_schema_extra={"exclusiveMinimum": 0,
+                                                       "maximum": MAX_FILE_OFFSET}),
+                  positive("limit", MAX_FILE_OFFSET, integer=True, allow_none=True)]
+Mode = Annotated[int, Query(description="permission bits of a new file", json_schema_extra={
+    "minimum": 0, "maximum": MAX_MODE})]
+Depth = Annotated[int, Query(description="levels below `path` to list", json_schema_extra={
+    "minimum": 1, "maximum": MAX_DEPTH}), positive("depth", MAX_DEPTH, integer=True)]
 
 
 @router.get("/content", response_class=StreamingResponse, responses=_BYTES_DOC)
-def download(sandbox_id: SandboxId, state: State, path: str, offset: int = 0,
-             limit: int | None = None) -> StreamingResponse:
+def download(sandbox_id: SandboxId, state: State, path: FilePath, offset: Offset = 0,
+             limit: Limit = None) -> StreamingResponse:
     # The engine reads the first chunk eagerly: a missing file is a 404 status, not a
     # broken stream. The rest is pulled chunk by chunk as the client reads.
     chunks = state.engine.read_file(sandbox_id, path, offset=offset, limit=limit)
@@ -27,8 +53,8 @@ def download(sandbox_id: SandboxId, state: State, path: str, offset: int = 0,
 @router.put("/content", openapi_extra={"requestBody": {
     "content": {"application/octet-stream": {"schema": {"type": "string",
                                                         "format": "binary"}}}}})
-async def upload(sandbox_id: SandboxId, state: State, request: Request, path: str,
-                 mode: int = 0o644) -> Written:
+async def upload(sandbox_id: SandboxId, state: State, request: Request, path: FilePath,
+                 mode: Mode = 0o644) -> Written:
     chunks = request_chunks(request.stream())
     size = await anyio.to_thread.run_sync(
         lambda: state.engine.write_file(sandbox_id, path, chunks, mode=mode))
@@ -36,18 +62,18 @@ async def upload(sandbox_id: SandboxId, state: State, request: Request, path: st
 
 
 @router.get("")
-def list_files(sandbox_id: SandboxId, state: State, path: str,
-               depth: int = 1) -> list[EntryInfo]:
+def list_files(sandbox_id: SandboxId, state: State, path: FilePath,
+               depth: Depth = 1) -> list[EntryInfo]:
     return state.engine.list_files(sandbox_id, path, depth=depth)
 
 
 @router.get("/stat")
-def stat(sandbox_id: SandboxId, state: State, path: str) -> EntryInfo:
+def stat(sandbox_id: SandboxId, state: State, path: FilePath) -> EntryInfo:
     return state.engine.stat(sandbox_id, path)
 
 
 @router.get("/exists")
-def exists(sandbox_id: SandboxId, state: State, path: str) -> Exists:
+def exists(sandbox_id: SandboxId, state: State, path: FilePath) -> Exists:
     return Exists(exists=state.engine.exists(sandbox_id, path))
 
 
@@ -58,7 +84,7 @@ def make_dir(sandbox_id: SandboxId, state: State, body: PathBody) -> Response:
 
 
 @router.delete("", status_code=204)
-def remove(sandbox_id: SandboxId, state: State, path: str) -> Response:
+def remove(sandbox_id: SandboxId, state: State, path: FilePath) -> Response:
     state.engine.remove(sandbox_id, path)
     return Response(status_code=204)
 

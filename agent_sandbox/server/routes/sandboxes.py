@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import APIRouter, Query, Response
 
 from agent_sandbox.models import SandboxInfo
 from agent_sandbox.server.auth import check_volume
 from agent_sandbox.server.routes._deps import Caller, SandboxId, State
-from agent_sandbox.server.schemas import CreateSandbox, SetTimeout
+from agent_sandbox.server.schemas import SANDBOX_STATES, CreateSandbox, SetTimeout
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
 
@@ -29,7 +31,8 @@ def create_sandbox(body: CreateSandbox, state: State, who: Caller) -> SandboxInf
 
 @router.get("")
 def list_sandboxes(state: State, who: Caller, template: str | None = None,
-                   state_: str | None = Query(None, alias="state")) -> list[SandboxInfo]:
+                   state_: Annotated[str | None, Query(alias="state", json_schema_extra={
+                       "enum": list(SANDBOX_STATES)})] = None) -> list[SandboxInfo]:
     owner = None if who.admin else who.owner
     return state.engine.list(template=template, state=state_, owner=owner)
 
