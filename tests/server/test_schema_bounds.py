@@ -1,0 +1,171 @@
+"""The gateway's schema states bounds the engine and the guest keep as literals
+(agent_sandbox/server/schemas.py names them): the engine must accept each bound and
+refuse just past it, so the two cannot drift apart. Then the inputs JSON can carry that
+no schema generator sends: lone surrogates, huge integers, a final newline."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from _gw import Gateway
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agent_sandbox.errors import InvalidArgumentError, SandboxError, WrongStateError
+from agent_sandbox.providers.local import local_provider
+from agent_sandbox.runtime import validate
+from agent_sandbox.runtime.engine import Engine
+from agent_sandbox.server import schemas as s
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    return local_provider()
+
+
+@pytest.fixture(scope="module")
+def box(engine: Engine) -> Iterator[str]:
+    sandbox_id = engine.create().sandbox_id
+    yield sandbox_id
+    engine.kill(sandbox_id, delete_volume=True)
+
+
+def _accepted(call: Callable[[], Any]) -> None:
+    """Past the input checks: it ran, or failed for another reason than its input."""
+    try:
+        call()
+    except InvalidArgumentError as exc:
+        pytest.fail(f"refused: {exc}")
+    except SandboxError:
+        pass
+
+
+def test_engine_keeps_the_bounds_the_schema_states(engine: Engine, box: str) -> None:
+    pid = engine.start(box, "sleep 600")
+    done = engine.start(box, "true")
+    engine.write_file(box, "/workspace/f", b"x")
+    cases: list[tuple[Callable[[Any], Any], Any, Any]] = [
+        # (call, the bound, just past it)
+        (lambda t: engine.run(box, "true", timeout=t),
+         s.MAX_COMMAND_TIMEOUT, s.MAX_COMMAND_TIMEOUT + 0.5),
+        (lambda t: engine.wait(box, done, timeout=t), s.MAX_COMMAND_TIMEOUT, 1e300),
+        (lambda t: engine.run_code(box, "1", timeout=t),
+         s.MAX_COMMAND_TIMEOUT, s.MAX_COMMAND_TIMEOUT + 1),
+        (lambda t: engine.set_timeout(box, t), s.MAX_SANDBOX_TIMEOUT,
+         s.MAX_SANDBOX_TIMEOUT + 1),
+        (lambda p: engine.process_output(box, p), s.MAX_PID, s.MAX_PID + 1),
+        (lambda p: engine.process_output(box, p), 1, 0),
+        (lambda n: engine.exists(box, "/" + "a" * (n - 1)), s.MAX_PATH, s.MAX_PATH + 1),
+        (lambda d: engine.list_files(box, "/workspace", depth=d), s.MAX_DEPTH,
+         s.MAX_DEPTH + 1),
+        (lambda m: engine.write_file(box, "/workspace/f", b"x", mode=m), s.MAX_MODE,
+         s.MAX_MODE + 1),
+        (lambda o: list(engine.read_file(box, "/workspace/f", offset=o)),
+         s.MAX_FILE_OFFSET, s.MAX_FILE_OFFSET + 1),
+        (lambda n: list(engine.read_file(box, "/workspace/f", limit=n)),
+         s.MAX_FILE_OFFSET, s.MAX_FILE_OFFSET + 1),
+        (lambda n: engine.kill_process(box, pid, n), s.MAX_SIGNAL, s.MAX_SIGNAL + 1),
+        (lambda n: engine.kill_process(box, pid, n), s.MIN_SIGNAL, s.MIN_SIGNAL - 1),
+        (lambda lang: engine.run_code(box, "1", language=lang), s.LANGUAGES[-1], "ruby"),
+        (lambda state: engine.list(state=state), s.SANDBOX_STATES[-1], "creating"),
+        (lambda n: engine.create(memory_mb=n), None, s.MIN_MEMORY_MB - 1),
+        (lambda n: engine.create(memory_mb=n), None, s.MAX_MEMORY_MB + 1),
+        (lambda n: engine.create(disk_mb=n), None, s.MIN_DISK_MB - 1),
+        (lambda n: engine.create(disk_mb=n), None, s.MAX_DISK_MB + 1),
+        (lambda n: engine.create(cpu=n), None, s.MAX_CPU + 0.5),
+        (lambda t: engine.create(timeout=t), None, s.MAX_SANDBOX_TIMEOUT + 1),
+    ]
+    for call, bound, past in cases:
+        if bound is not None:
+            _accepted(lambda c=call, b=bound: c(b))  # type: ignore[misc]
+        with pytest.raises(InvalidArgumentError):
+            call(past)
+    for language in s.LANGUAGES:
+        with pytest.raises(WrongStateError):  # past the checks: base has no kernel
+            engine.run_code(box, "1", language=language)
+
+
+def test_engine_creates_at_the_bounds(engine: Engine) -> None:
+    for kw in ({"memory_mb": s.MIN_MEMORY_MB, "disk_mb": s.MIN_DISK_MB, "cpu": s.MAX_CPU,
+                "timeout": s.MAX_SANDBOX_TIMEOUT},
+               {"memory_mb": s.MAX_MEMORY_MB, "disk_mb": s.MAX_DISK_MB, "cpu": s.MIN_CPU}):
+        info = engine.create(**kw)
+        engine.kill(info.sandbox_id, delete_volume=True)
+
+
+@given(st.from_regex(s.BASE64_PATTERN, fullmatch=True))
+def test_what_the_base64_pattern_allows_decodes(text: str) -> None:
+    try:
+        s.base64_bytes(text, "data_base64")
+    except (binascii.Error, ValueError):
+        pytest.fail(f"{text!r} matches the pattern but does not decode")
+
+
+@given(st.text(alphabet="AB+/=\n", max_size=9))
+def test_base64_is_exactly_the_pattern(text: str) -> None:
+    if re.fullmatch(s.BASE64_PATTERN, text):
+        assert s.base64_bytes(text, "x") == base64.b64decode(text)
+    else:
+        with pytest.raises(InvalidArgumentError):
+            s.base64_bytes(text, "x")
+
+
+@given(st.text(max_size=6))
+def test_command_pattern_is_the_engines_check(text: str) -> None:
+    try:
+        validate.command(text)
+        accepted = True
+    except InvalidArgumentError:
+        accepted = False
+    assert accepted == bool(re.fullmatch(s.COMMAND_PATTERN, text)), repr(text)
+
+
+def _raw(http: Any, method: str, url: str, body: str) -> Any:
+    return http.request(method, url, content=body.encode(),
+                        headers={"Content-Type": "application/json"})
+
+
+def test_inputs_json_can_carry(gw: Gateway, sandbox_a: str) -> None:
+    sb = f"/v1/sandboxes/{sandbox_a}"
+    with gw.http("a") as http:
+        refused = [
+            _raw(http, "POST", f"{sb}/commands", '{"cmd": "echo \\ud800"}'),
+            _raw(http, "POST", f"{sb}/commands", '{"cmd": "cat", "stdin": "\\udfff"}'),
+            _raw(http, "POST", f"{sb}/files/mkdir", '{"path": "/workspace/\\ud800"}'),
+            _raw(http, "POST", f"{sb}/commands", '{"cmd": "true", "envs": {"\\ud800": ""}}'),
+            _raw(http, "POST", "/v1/sandboxes", '{"memory_mb": 1' + "0" * 400 + "}"),
+            _raw(http, "POST", "/v1/sandboxes", '{"disk_mb": -1' + "0" * 400 + "}"),
+            _raw(http, "POST", "/v1/sandboxes", '{"timeout": NaN}'),
+            _raw(http, "POST", "/v1/sandboxes", '{"timeout": Infinity}'),
+            _raw(http, "POST", "/v1/sandboxes", '{"timeout": "300"}'),
+            _raw(http, "POST", "/v1/sandboxes", '{"network": 1}'),
+            _raw(http, "POST", "/v1/sandboxes", '{"cpu": 0.0099}'),
+            _raw(http, "POST", f"{sb}/processes/1/kill", '{"signal": true}'),
+            _raw(http, "POST", f"{sb}/processes/1/kill", '{"signal": 9.5}'),
+            _raw(http, "POST", f"{sb}/commands", '{"cmd": "true", "envs": {"A\\n": ""}}'),
+            _raw(http, "POST", f"{sb}/commands", '{"cmd": "cat", "stdin_base64": "QUJD\\n"}'),
+            _raw(http, "POST", f"{sb}/commands", '{"cmd": "\\u001c"}'),
+            http.get(f"{sb}/processes/1{'0' * 400}/output"),
+            http.get(f"{sb}/files", params={"path": "/", "depth": "1" + "0" * 400}),
+            http.get(f"{sb}/files/content", params={"path": "/etc/hostname",
+                                                    "limit": "1" + "0" * 400}),
+            http.get(f"/v1/sandboxes/{sandbox_a}%0A"),
+            http.post(f"/v1/sandboxes/{sandbox_a}%0A/commands", json={"cmd": "true",
+                                                                        "stream": True}),
+        ]
+        accepted = [
+            _raw(http, "POST", f"{sb}/commands", '{"cmd": "true", "cwd": ""}'),
+            _raw(http, "POST", f"{sb}/commands",
+                 '{"cmd": "cat", "stdin": "x", "stdin_base64": null}'),
+            _raw(http, "POST", f"{sb}/processes/4194304/kill", '{"signal": 9.0}'),
+        ]
+    for response in refused:
+        assert response.status_code == 400, (response.request.url, response.text)
+        assert response.json()["code"] == "invalid_argument", response.text
+    for response in accepted:
+        assert response.status_code in (200, 404), (response.request.url, response.text)
