@@ -34,7 +34,12 @@ MAX_CPU = os.cpu_count() or 1  # the engine's bound: this host's CPUs
 # The gateway's own bound: the engine takes any cpu > 0, but the kernel refuses a CPU
 # quota under 1 ms per 100 ms period, and the sandbox would not start (a 503).
 MIN_CPU = 0.01
-MAX_PATH = 4096  # characters, validate.path
+# Paths: validate.path takes up to 4096 characters and leaves the rest to the kernel (a
+# 400 naming the path). The gateway states the kernel's limits too, in characters as JSON
+# Schema counts them: PATH_MAX less its NUL, NAME_MAX a name (a 255-character name longer
+# than 255 bytes in UTF-8 is still the kernel's to refuse).
+MAX_PATH = 4095
+MAX_NAME = 255
 MAX_DEPTH = 64  # list_files
 MAX_MODE = 0o7777  # permission bits of an upload
 MAX_PID = 1 << 22  # the guest's bound, the kernel's PID_MAX_LIMIT
@@ -48,7 +53,24 @@ CODE_CONTEXT_PATTERN = validate._CODE_CONTEXT.pattern
 ENV_NAME_PATTERN = validate._ENV_NAME.pattern
 TEMPLATE_NAME_PATTERN = _TEMPLATE_NAME.pattern
 NO_NUL_PATTERN = r"^[^\x00]*$"
-PATH_PATTERN = r"^/[^\x00]*$"  # validate.path: absolute, no NUL byte
+_NAME = rf"[^/\x00]{{0,{MAX_NAME}}}"
+_ABSOLUTE = rf"/(?:{_NAME}/)*{_NAME}"
+PATH_PATTERN = f"^{_ABSOLUTE}$"  # absolute, no NUL byte, names the kernel takes
+CWD_PATTERN = f"^(?:{_ABSOLUTE})?$"  # empty: the template's working directory
+# files.write goes through a temporary file beside its target, named `.{name}.abx-` and
+# 12 hex digits: the name and the path it writes have that much less room.
+WRITE_SPARE = len(".") + len(".abx-") + 12
+
+
+def _file_pattern(spare: int = 0) -> str:
+    """A path that names a file (read, written, removed, renamed): its last name is not
+    empty, `.` or `..`, which are directories (or the root) whatever the sandbox holds."""
+    n = MAX_NAME - spare
+    last = (rf"(?:[^/\x00.][^/\x00]{{0,{n - 1}}}|\.[^/\x00.][^/\x00]{{0,{n - 2}}}"
+            rf"|\.\.[^/\x00]{{1,{n - 2}}})")
+    return rf"^/(?:{_NAME}/)*{last}$"
+
+
 # Whitespace as str.strip() sees it (validate.command), spelled out: JSON Schema's \s
 # leaves out \x1c-\x1f. A command needs one other character, and no NUL byte.
 _SPACE = "".join(f"\\u{i:04x}" for i in range(0x10000) if chr(i).isspace())
@@ -98,13 +120,38 @@ def _integer(minimum: int, maximum: int, **more: Any) -> WithJsonSchema:
     return WithJsonSchema({"type": "integer", "minimum": minimum, "maximum": maximum, **more})
 
 
-def _path_schema() -> Any:
-    return Field(json_schema_extra={"pattern": PATH_PATTERN, "maxLength": MAX_PATH})
+def path_schema(*, file: bool = False, spare: int = 0) -> dict[str, Any]:
+    """JSON Schema keywords of a path: any absolute one, or one that names a ``file``
+    with ``spare`` characters left in its name and in the whole."""
+    pattern = _file_pattern(spare) if file else PATH_PATTERN
+    return {"pattern": pattern, "maxLength": MAX_PATH - spare}
 
 
-def absolute(what: str) -> AfterValidator:
-    """The engine's check of an absolute path."""
-    return AfterValidator(lambda v: validate.path(v, what))
+def checked_path(value: str, what: str, *, file: bool = False, spare: int = 0) -> str:
+    """The engine's check of an absolute path, then what path_schema() states."""
+    validate.path(value, what)
+    if len(value) > MAX_PATH - spare:
+        raise InvalidArgumentError(f"{what} is longer than {MAX_PATH - spare} characters"
+                                   + (" (a file is written through a temporary one beside "
+                                      "it)" if spare else ""))
+    if any(len(name) > MAX_NAME for name in value.split("/")):
+        raise InvalidArgumentError(f"{what} {value!r} has a name longer than {MAX_NAME} "
+                                   "characters")
+    if not file:
+        return value
+    last = value.rsplit("/", 1)[1]
+    if last in ("", ".", ".."):
+        raise InvalidArgumentError(f"{what} {value!r} names no file: it ends with '/', '.' "
+                                   "or '..'")
+    if len(last) > MAX_NAME - spare:
+        raise InvalidArgumentError(f"{what} {value!r}: a file written here has a name of at "
+                                   f"most {MAX_NAME - spare} characters (it is written "
+                                   "through a temporary one beside it)")
+    return value
+
+
+def absolute(what: str, *, file: bool = False, spare: int = 0) -> AfterValidator:
+    return AfterValidator(lambda v: checked_path(v, what, file=file, spare=spare))
 
 
 def _cpu(value: float) -> float:
@@ -115,7 +162,7 @@ def _cpu(value: float) -> float:
 
 
 def _cwd(value: str) -> str:
-    return validate.path(value, "cwd") if value else value  # empty: the default
+    return checked_path(value, "cwd") if value else value  # empty: the default
 
 
 def _envs(value: dict[str, str]) -> dict[str, str]:
@@ -149,9 +196,9 @@ CommandTimeout = Annotated[
 SandboxTimeout = Annotated[
     float, _number(MAX_SANDBOX_TIMEOUT, description="idle seconds before auto-pause"),
     positive("timeout", MAX_SANDBOX_TIMEOUT)]
-AbsolutePath = Annotated[str, _path_schema(), absolute("path")]
+AbsolutePath = Annotated[str, Field(json_schema_extra=path_schema()), absolute("path")]
 Cwd = Annotated[str, Field(json_schema_extra={
-    "pattern": r"^(?:/[^\x00]*)?$", "maxLength": MAX_PATH,
+    "pattern": CWD_PATTERN, "maxLength": MAX_PATH,
     "description": "absolute; empty or null: the template's working directory"}),
     AfterValidator(_cwd)]
 Envs = Annotated[dict[str, str], WithJsonSchema({
@@ -277,8 +324,10 @@ class PathBody(_Body):
 
 
 class RenameBody(_Body):
-    src: Annotated[str, _path_schema(), absolute("source path")]
-    dst: Annotated[str, _path_schema(), absolute("destination path")]
+    src: Annotated[str, Field(json_schema_extra=path_schema(file=True)),
+                   absolute("source path", file=True)]
+    dst: Annotated[str, Field(json_schema_extra=path_schema(file=True)),
+                   absolute("destination path", file=True)]
 
 
 class Written(BaseModel):

@@ -14,21 +14,28 @@ from agent_sandbox.server.schemas import (
     MAX_DEPTH,
     MAX_FILE_OFFSET,
     MAX_MODE,
-    MAX_PATH,
-    PATH_PATTERN,
+    WRITE_SPARE,
     Exists,
     PathBody,
     RenameBody,
     Written,
     absolute,
+    path_schema,
     positive,
 )
 from agent_sandbox.server.streaming import request_chunks
 
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}/files", tags=["files"])
 _BYTES_DOC = {200: {"content": {"application/octet-stream": {}}}}
-FilePath = Annotated[str, Query(description="absolute path in the sandbox", json_schema_extra={
-    "pattern": PATH_PATTERN, "maxLength": MAX_PATH}), absolute("path")]
+FilePath = Annotated[str, Query(description="absolute path in the sandbox",
+                                json_schema_extra=path_schema()), absolute("path")]
+# Read or removed: its last name is not empty, `.` or `..`; written: a shorter one too.
+File = Annotated[str, Query(description="absolute path of a file in the sandbox",
+                            json_schema_extra=path_schema(file=True)),
+                 absolute("path", file=True)]
+NewFile = Annotated[str, Query(description="absolute path of the file to write",
+                               json_schema_extra=path_schema(file=True, spare=WRITE_SPARE)),
+                    absolute("path", file=True, spare=WRITE_SPARE)]
 Offset = Annotated[int, Query(description="bytes to skip", json_schema_extra={
     "minimum": 0, "maximum": MAX_FILE_OFFSET})]
 Limit = Annotated[int | None, Query(description="bytes to read at most (default: all)",
@@ -42,7 +49,7 @@ Depth = Annotated[int, Query(description="levels below `path` to list", json_sch
 
 
 @router.get("/content", response_class=StreamingResponse, responses=_BYTES_DOC)
-def download(sandbox_id: SandboxId, state: State, path: FilePath, offset: Offset = 0,
+def download(sandbox_id: SandboxId, state: State, path: File, offset: Offset = 0,
              limit: Limit = None) -> StreamingResponse:
     # The engine reads the first chunk eagerly: a missing file is a 404 status, not a
     # broken stream. The rest is pulled chunk by chunk as the client reads.
@@ -53,7 +60,7 @@ def download(sandbox_id: SandboxId, state: State, path: FilePath, offset: Offset
 @router.put("/content", openapi_extra={"requestBody": {
     "content": {"application/octet-stream": {"schema": {"type": "string",
                                                         "format": "binary"}}}}})
-async def upload(sandbox_id: SandboxId, state: State, request: Request, path: FilePath,
+async def upload(sandbox_id: SandboxId, state: State, request: Request, path: NewFile,
                  mode: Mode = 0o644) -> Written:
     chunks = request_chunks(request.stream())
     size = await anyio.to_thread.run_sync(
@@ -84,7 +91,7 @@ def make_dir(sandbox_id: SandboxId, state: State, body: PathBody) -> Response:
 
 
 @router.delete("", status_code=204)
-def remove(sandbox_id: SandboxId, state: State, path: FilePath) -> Response:
+def remove(sandbox_id: SandboxId, state: State, path: File) -> Response:
     state.engine.remove(sandbox_id, path)
     return Response(status_code=204)
 
