@@ -65,7 +65,7 @@ from agent_sandbox.runtime.guest_client import (
 from agent_sandbox.runtime.kernels import Kernels
 from agent_sandbox.runtime.oci import DEFAULT_PATH, BundleSpec, build_config
 from agent_sandbox.runtime.runc import Runc
-from agent_sandbox.runtime.sandbox_lock import SandboxLock, held_elsewhere
+from agent_sandbox.runtime.sandbox_lock import LOCK_FILE, SandboxLock, held_elsewhere
 from agent_sandbox.runtime.store import (
     CREATING,
     KILLING,
@@ -152,11 +152,9 @@ class Engine:
         self._stop.set()
         self._pool_wake.set()
         self._code.close()
-        if self.views is not None:
-            # The last process out leaves no host mounts behind when no sandbox exists
-            # (a data dir must be deletable without walking into read-only views).
-            with contextlib.suppress(Exception):
-                self.views.release(in_use=lambda: bool(self.store.list_sandboxes()))
+        # The last process out leaves no host mounts behind when no sandbox exists.
+        with contextlib.suppress(Exception):
+            self.release_host_mounts()
 
     # paths ------------------------------------------------------------------------------
     @property
@@ -401,8 +399,11 @@ class Engine:
     def release_host_mounts(self) -> None:
         """Unmount the template views once no sandbox exists (before deleting the data
         dir: the views are read-only, but a recursive delete must not walk into them)."""
-        if self.views is not None and \
-                not self.views.release(in_use=lambda: bool(self.store.list_sandboxes())):
+        def in_use() -> bool:
+            return bool(self.store.list_sandboxes())
+
+        released = self.views.release(in_use) if self.views is not None else not in_use()
+        if not released:
             raise WrongStateError("sandboxes still exist; kill them first")
 
     def drain_pool(self) -> int:
@@ -932,7 +933,7 @@ class Engine:
             if row.state == CREATING and self._creator_gone(row.id):
                 self._destroy(row, delete_volume=row.volume_id == f"vol-{row.id[4:]}")
             elif row.state in (KILLING, KILLING_VOLUME) and \
-                    not held_elsewhere(self._dir(row.id)):
+                    not held_elsewhere(self._dir(row.id) / LOCK_FILE):
                 self._destroy(row, delete_volume=row.state == KILLING_VOLUME)
         live = {r.id: r for r in self.store.list_sandboxes()}
         for container_id, status in self.runc.list_states().items():
@@ -947,16 +948,7 @@ class Engine:
                 self._remove_tree(sbdir)
 
     def _creator_gone(self, sandbox_id: str) -> bool:
-        lock_path = self._dir(sandbox_id) / "create.lock"
-        if not lock_path.exists():
-            return True
-        with open(lock_path, "a") as fh:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
-            fcntl.flock(fh, fcntl.LOCK_UN)
-            return True
+        return not held_elsewhere(self._dir(sandbox_id) / "create.lock")
 
     def reap_once(self, now: float | None = None) -> None:
         """Auto-pause sandboxes idle past their timeout; stop the containers of ones

@@ -284,13 +284,13 @@ class Kernels:
     def _remove_files(self, sandbox_id: str, state: _State) -> None:
         if not state.prefix:
             return
+        names = [f"{state.prefix}.json", *(f"{state.prefix}-{p}" for p in _PORTS.values())]
         with contextlib.suppress(OSError):
             run = confined.open_dir(self._run_dir(sandbox_id))
             try:
-                for port in ["json", *map(str, _PORTS.values())]:
-                    sep = "." if port == "json" else "-"
+                for name in names:
                     with contextlib.suppress(OSError):
-                        confined.unlink_beneath(run, f"{state.prefix}{sep}{port}")
+                        confined.unlink_beneath(run, name)
             finally:
                 os.close(run)
 
@@ -357,8 +357,8 @@ class Kernels:
                  ready_timeout: float) -> _Kernel:
         """A bridge to the context's kernel, once it says the kernel answers."""
         assert tmpl.kernel is not None
-        python = tmpl.kernel.get("python") or tmpl.kernel["argv"][0]
-        argv = [python, "-I", _BRIDGE, f"{GUEST_RUN_DIR}/{state.prefix}.json",
+        # The kernel's own interpreter: the one with pyzmq.
+        argv = [tmpl.kernel["argv"][0], "-I", _BRIDGE, f"{GUEST_RUN_DIR}/{state.prefix}.json",
                 str(ready_timeout)]
         kernel = _Kernel(state, KernelChannel(self._guest(sandbox_id), argv, "/"))
         try:

@@ -20,12 +20,13 @@ from agent_sandbox.errors import WrongStateError
 
 WAIT = 60.0
 _POLL = 0.01
+LOCK_FILE = "lock"
 
 
 class SandboxLock:
     def __init__(self, sandbox_id: str, folder: Path) -> None:
         self._id = sandbox_id
-        self._path = folder / "lock"
+        self._path = folder / LOCK_FILE
         self._rlock = threading.RLock()
         self._depth = 0  # guarded by _rlock
         self._fd: int | None = None
@@ -69,10 +70,11 @@ def _flock(path: Path, sandbox_id: str) -> int | None:
             time.sleep(_POLL)
 
 
-def held_elsewhere(folder: Path) -> bool:
-    """Whether another process holds this sandbox's lock (for recovery, at startup)."""
+def held_elsewhere(lock_file: Path) -> bool:
+    """Whether another process holds an exclusive flock on ``lock_file`` (recovery asks
+    it of a sandbox's lifecycle lock and of its create lock)."""
     try:
-        fd = os.open(folder / "lock", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(lock_file, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return False
     try:
