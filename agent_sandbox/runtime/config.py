@@ -28,7 +28,8 @@ class Limits:
     memory_mb: int = 1024
     cpu: float = 1.0
     pids: int = 512
-    disk_mb: int = 2048
+    # Allocated on the host while mounted (a real reservation, never overcommitted).
+    disk_mb: int = 1024
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,15 @@
-"""Per-sandbox disks: a sparse ext4 image, loop-mounted, holding the sandbox's system
-layer (overlay upper dirs) and its /workspace volume.
+"""Per-sandbox disks: an ext4 image, loop-mounted, holding the sandbox's system layer
+(overlay upper dirs) and its /workspace volume.
 
 A full image answers ENOSPC inside the sandbox while the host only ever gives it
 ``size_mb``; this kernel has no quota support, so a filesystem per sandbox is the limit.
 The image *is* the volume: kept after kill, it can be attached to a new sandbox.
+
+Every block of a mounted image is allocated on the host first (fallocate: milliseconds,
+no zeros written) and only while the host keeps its reserve after it: a sparse image
+would let the sandboxes' limits add up past the host's free space, and a write the
+sandbox saw succeed could then fail in the loop device and vanish. A kept volume gives
+its unused blocks back when detached (FITRIM) and takes them again when attached.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ _LO_FLAGS_AUTOCLEAR = 4
 _MS_NOSUID = 2
 _MS_NODEV = 4
 _MS_NOATIME = 1024
+_FITRIM = 0xC0185879  # _IOWR('X', 121, struct fstrim_range)
 
 WORKSPACE = "workspace"
 SYSTEM = "sys"
@@ -77,20 +84,67 @@ def _make_blank(blank: Path, size_mb: int) -> None:
         raise
 
 
-def check_free(folder: Path, reserve_mb: int) -> None:
-    """Refuse a new sandbox when the host filesystem is nearly full."""
-    free_mb = shutil.disk_usage(folder).free // (1024 * 1024)
-    if free_mb < reserve_mb + 64:
-        raise ResourceExhaustedError(
-            f"host disk nearly full ({free_mb} MB free, {reserve_mb} MB kept in reserve); "
-            "delete sandboxes or volumes, or free space on the host"
-        )
+def _refuse(free: int, need_mb: int, reserve_mb: int) -> ResourceExhaustedError:
+    return ResourceExhaustedError(
+        f"host disk too full for a {need_mb} MB sandbox disk: {free >> 20} MB free, "
+        f"{reserve_mb} MB kept in reserve for the engine; ask for a smaller disk_mb, "
+        "delete sandboxes or kept volumes, or free space on the host")
+
+
+def check_free(folder: Path, reserve_mb: int, need_mb: int = 64) -> None:
+    """Refuse what would leave the host filesystem with less than the reserve."""
+    free = shutil.disk_usage(folder).free
+    if free < (reserve_mb + need_mb) << 20:
+        raise _refuse(free, need_mb, reserve_mb)
 
 
 def create_image(image: Path, size_mb: int, cache_dir: Path, reserve_mb: int) -> None:
-    check_free(image.parent, reserve_mb)
+    check_free(image.parent, reserve_mb, size_mb)
     blank = _formatted_blank(cache_dir, size_mb)
     subprocess.run(["cp", "--sparse=always", str(blank), str(image)], check=True)
+
+
+def _allocate(image: Path, reserve_mb: int) -> None:
+    """Give every block of the image host storage, or refuse while nothing is taken.
+
+    Serialized across engines by a lock beside the images, so two admissions cannot both
+    count the same free space.
+    """
+    with open(image.parent / ".allocate.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        fd = os.open(image, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        try:
+            st = os.fstat(fd)
+            missing = max(0, st.st_size - st.st_blocks * 512)
+            if missing == 0:
+                return
+            free = shutil.disk_usage(image.parent).free
+            if free - missing < reserve_mb << 20:
+                raise _refuse(free, st.st_size >> 20, reserve_mb)
+            try:
+                syscalls.fallocate(fd, st.st_size)
+            except OSError as exc:
+                if exc.errno == errno.ENOSPC:
+                    raise _refuse(shutil.disk_usage(image.parent).free, st.st_size >> 20,
+                                  reserve_mb) from exc
+                if exc.errno != errno.EOPNOTSUPP:  # such a filesystem: the check above
+                    raise
+        finally:
+            os.close(fd)
+
+
+def trim(mountpoint: Path) -> None:
+    """Hand the host back every block the mounted image does not use (the loop device
+    turns the discards into holes in the image): a kept volume costs only its data."""
+    if not os.path.ismount(mountpoint):
+        return
+    fd = os.open(mountpoint, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.ioctl(fd, _FITRIM, struct.pack("=QQQ", 0, (1 << 64) - 1, 0))
+    except OSError:
+        pass  # no discard support: the volume keeps its blocks, nothing is lost
+    finally:
+        os.close(fd)
 
 
 def _mount_via_loop(image: Path, mountpoint: Path) -> None:
@@ -132,10 +186,12 @@ def _loop_info(image: Path) -> bytes:
                        name, b"", b"", 0, 0)
 
 
-def attach(image: Path, mountpoint: Path) -> None:
-    """Mount the image and make sure its two top directories exist."""
+def attach(image: Path, mountpoint: Path, reserve_mb: int) -> None:
+    """Mount the image, its blocks allocated first, and make sure its two top
+    directories exist."""
     mountpoint.mkdir(parents=True, exist_ok=True)
     if not os.path.ismount(mountpoint):
+        _allocate(image, reserve_mb)
         try:
             _mount_via_loop(image, mountpoint)
         except OSError as exc:

@@ -180,7 +180,8 @@ class Engine:
         if self.rootless:
             rootless.make_volume(self._volume_image(row.volume_id))
         else:
-            disk.attach(self._volume_image(row.volume_id), self._dir(row.id) / "disk")
+            disk.attach(self._volume_image(row.volume_id), self._dir(row.id) / "disk",
+                        self.config.host_reserve_mb)
         rootfs.sweep_trash(self._disk(row), rootless=self.rootless)  # a crashed reset's
 
     def _remove_volume_files(self, volume_id: str) -> None:
@@ -587,6 +588,7 @@ class Engine:
             mnt = sbdir / "disk"
             if not delete_volume and os.path.ismount(mnt):
                 rootfs.wipe_system_layer(mnt / disk.SYSTEM)
+                disk.trim(mnt)
             disk.detach(mnt)
         if delete_volume:
             self._remove_volume_files(row.volume_id)

@@ -16,7 +16,12 @@ from _gw import Gateway
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_sandbox.errors import InvalidArgumentError, SandboxError, WrongStateError
+from agent_sandbox.errors import (
+    InvalidArgumentError,
+    ResourceExhaustedError,
+    SandboxError,
+    WrongStateError,
+)
 from agent_sandbox.providers.local import local_provider
 from agent_sandbox.runtime import validate
 from agent_sandbox.runtime.engine import Engine
@@ -94,9 +99,14 @@ def test_engine_keeps_the_bounds_the_schema_states(engine: Engine, box: str) -> 
 def test_engine_creates_at_the_bounds(engine: Engine) -> None:
     for kw in ({"memory_mb": s.MIN_MEMORY_MB, "disk_mb": s.MIN_DISK_MB, "cpu": s.MAX_CPU,
                 "timeout": s.MAX_SANDBOX_TIMEOUT},
-               {"memory_mb": s.MAX_MEMORY_MB, "disk_mb": s.MAX_DISK_MB, "cpu": s.MIN_CPU}):
+               {"memory_mb": s.MAX_MEMORY_MB, "cpu": s.MIN_CPU}):
         info = engine.create(**kw)
         engine.kill(info.sandbox_id, delete_volume=True)
+    try:  # past every argument check, then refused by the space the host really has
+        info = engine.create(disk_mb=s.MAX_DISK_MB)
+        engine.kill(info.sandbox_id, delete_volume=True)
+    except ResourceExhaustedError as exc:
+        assert "host disk too full" in str(exc), exc
 
 
 @given(st.from_regex(s.BASE64_PATTERN, fullmatch=True))
