@@ -42,6 +42,9 @@ SYSTEM = "sys"
 
 _blank_guard = threading.Lock()
 _sound_blanks: set[Path] = set()
+# Blanks kept (the most recently used sizes): each distinct disk_mb asked for makes one,
+# and a client choosing a new size every time must not fill the host with them.
+_KEPT_BLANKS = 8
 
 
 def _formatted_blank(cache_dir: Path, size_mb: int) -> Path:
@@ -100,8 +103,29 @@ def check_free(folder: Path, reserve_mb: int, need_mb: int = 64) -> None:
 
 def create_image(image: Path, size_mb: int, cache_dir: Path, reserve_mb: int) -> None:
     check_free(image.parent, reserve_mb, size_mb)
-    blank = _formatted_blank(cache_dir, size_mb)
-    subprocess.run(["cp", "--sparse=always", str(blank), str(image)], check=True)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with open(cache_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)  # no blank is evicted while it is copied
+        blank = _formatted_blank(cache_dir, size_mb)
+        subprocess.run(["cp", "--sparse=always", str(blank), str(image)], check=True)
+        os.utime(blank)
+    _evict_blanks(cache_dir)
+
+
+def _evict_blanks(cache_dir: Path) -> None:
+    """Remove all but the most recently used blanks (skipped while one is being copied)."""
+    blanks = sorted(cache_dir.glob("blank-*.img"), key=lambda p: p.stat().st_mtime)
+    if len(blanks) <= _KEPT_BLANKS:
+        return
+    with open(cache_dir / ".lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return
+        with _blank_guard:
+            for old in blanks[:-_KEPT_BLANKS]:
+                old.unlink(missing_ok=True)
+                _sound_blanks.discard(old)
 
 
 def _allocate(image: Path, reserve_mb: int) -> None:

@@ -36,3 +36,18 @@ def test_a_corrupt_cached_blank_is_made_again(tmp_path: Path) -> None:
     blank = disk._formatted_blank(tmp_path, 64)  # noqa: SLF001
     assert blank == bad
     assert subprocess.run(["e2fsck", "-fn", str(blank)], capture_output=True).returncode == 0
+
+
+def test_blanks_of_many_sizes_do_not_pile_up(tmp_path: Path) -> None:
+    # Each distinct disk_mb makes a blank; a client asking a new size each time must not
+    # fill the host with them: the least recently used are removed.
+    images = tmp_path / "volumes"
+    images.mkdir()
+    for size in range(16, 16 + disk._KEPT_BLANKS + 4):  # noqa: SLF001
+        disk.create_image(images / f"{size}.img", size, tmp_path / "blank", reserve_mb=0)
+    kept = sorted(p.name for p in (tmp_path / "blank").glob("blank-*.img"))
+    assert len(kept) == disk._KEPT_BLANKS  # noqa: SLF001
+    assert "blank-16m.img" not in kept and f"blank-{size}m.img" in kept
+    again = images / "16-again.img"
+    disk.create_image(again, 16, tmp_path / "blank", reserve_mb=0)  # made anew
+    assert subprocess.run(["e2fsck", "-fn", str(again)], capture_output=True).returncode == 0
