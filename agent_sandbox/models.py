@@ -24,6 +24,7 @@ class SandboxInfo(BaseModel):
     limits: dict[str, Any] = {}
     # Which limits the host really enforces (e.g. {"memory": True, "disk": True}).
     enforced: dict[str, bool] = {}
+    owner: str = Field("", description="the API key (tenant) that made it; empty locally")
 
     @property
     def expires_at(self) -> float:

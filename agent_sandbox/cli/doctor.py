@@ -79,9 +79,9 @@ def check_limits() -> Check:
         return Check("limits enforced", delegated, text,
                      "" if delegated else "for totals per sandbox: cgroup v2 with systemd "
                      "delegation (memory, pids, cpu), or run as root", required=False)
-    from agent_sandbox.runtime.engine import _enforced_limits
+    from agent_sandbox.runtime.host_root import enforced_limits
 
-    enforced = _enforced_limits()
+    enforced = enforced_limits()
     missing = [k for k, on in enforced.items() if not on]
     return Check("limits enforced", not missing,
                  ", ".join(f"{k}: {'yes' if on else 'NO'}" for k, on in enforced.items()),

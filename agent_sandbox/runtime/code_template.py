@@ -221,9 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
     args = parser.parse_args(argv)
     from agent_sandbox.runtime.config import EngineConfig
+    from agent_sandbox.runtime.host_mode import select_host_mode
 
     config = EngineConfig()
-    store = TemplateStore(config.templates_dir)
+    store = TemplateStore(config.templates_dir, select_host_mode(config).assemble_base)
     try:
         existed = _current(store, build_inputs()) is not None
         tmpl = ensure(store, force=args.force)

@@ -162,9 +162,10 @@ def _open_ns(pid: int, kind: str) -> int:
     return fd
 
 
-def install(pid: int, *, rootless: bool) -> None:
+def install(pid: int, *, join_userns: bool) -> None:
     """Install the filter in the network namespace of the container whose init is
-    ``pid``; raises RuntimeUnavailableError when it cannot be installed."""
+    ``pid`` (entering its user namespace first when the engine is not root: an ordinary
+user's netns belongs to it); raises RuntimeUnavailableError when it cannot be installed."""
     nft = _tool("nft", "nftables")
     nsenter = _tool("nsenter", "util-linux")
     script = ruleset(host_networks())
@@ -172,12 +173,12 @@ def install(pid: int, *, rootless: bool) -> None:
     try:
         try:
             fds.append(_open_ns(pid, "net"))
-            if rootless:
+            if join_userns:
                 fds.append(_open_ns(pid, "user"))
         except OSError as exc:
             raise RuntimeUnavailableError(
                 f"cannot enter the sandbox's network namespace to filter it: {exc}") from None
-        argv = nsenter_argv(nsenter, fds[0], fds[1] if rootless else None)
+        argv = nsenter_argv(nsenter, fds[0], fds[1] if join_userns else None)
         try:
             proc = subprocess.run([*argv, "--", nft, "-f", "-"], input=script,
                                   capture_output=True, text=True, pass_fds=tuple(fds),
@@ -191,7 +192,7 @@ def install(pid: int, *, rootless: bool) -> None:
     if proc.returncode != 0:
         why = " ".join(proc.stderr.split())[-600:] or f"exit status {proc.returncode}"
         load = (f"as root: modprobe {_MODULES} (a user namespace cannot load kernel modules)"
-                if rootless else f"modprobe {_MODULES}")
+                if join_userns else f"modprobe {_MODULES}")
         raise RuntimeUnavailableError(
             "network=True needs nftables to keep the sandbox off the host and the LAN, and "
             f"the filter could not be installed: {why}. The kernel needs nf_tables "

@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agent_sandbox.errors import (
     InvalidArgumentError,
@@ -35,16 +35,36 @@ from agent_sandbox.errors import (
 )
 from agent_sandbox.models import CodeContext, Execution, ExecutionError
 from agent_sandbox.runtime import confined, validate
-from agent_sandbox.runtime.config import HOST_ID_BASE
 from agent_sandbox.runtime.guest_client import GuestClient, GuestUnavailableError
 from agent_sandbox.runtime.kernel_cell import CellOutput, ResultCallback, TextCallback
 from agent_sandbox.runtime.kernel_channel import CLOSED, KernelChannel
 from agent_sandbox.runtime.oci import GUEST_DIR, GUEST_RUN_DIR
 
 if TYPE_CHECKING:
-    from agent_sandbox.runtime.engine import Engine
     from agent_sandbox.runtime.store import SandboxRow
     from agent_sandbox.runtime.templates import Template
+
+
+class KernelHost(Protocol):
+    """What kernels need of the engine: where a sandbox's host-only files are, its row
+    and template, a client for its guest (resuming it), its environment, and who owns
+    the files the host makes for the sandbox's root (None: the engine's own user)."""
+
+    sandbox_owner: int | None
+
+    def sandbox_dir(self, sandbox_id: str) -> Path: ...
+
+    def socket(self, sandbox_id: str) -> str: ...
+
+    def row(self, sandbox_id: str) -> SandboxRow: ...
+
+    def template_for(self, row: SandboxRow) -> Template: ...
+
+    def guest(self, sandbox_id: str, row: SandboxRow | None = None) -> GuestClient: ...
+
+    def env(self, row: SandboxRow, extra: dict[str, str] | None) -> dict[str, str]: ...
+
+    def touch(self, sandbox_id: str) -> None: ...
 
 CODE_TEMPLATE = "code-interpreter-v1"
 _PORTS = {"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5}
@@ -85,18 +105,18 @@ class _Kernel:
 class Kernels:
     """The engine's kernels, per (sandbox, context); one cell at a time per context."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, host: KernelHost) -> None:
+        self.host = host
         self._kernels: dict[tuple[str, str], _Kernel] = {}
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._guard = threading.Lock()
 
     # paths and state -------------------------------------------------------------------
     def _state_dir(self, sandbox_id: str) -> Path:
-        return self.engine._dir(sandbox_id) / "kernels"  # noqa: SLF001
+        return self.host.sandbox_dir(sandbox_id) / "kernels"
 
     def _run_dir(self, sandbox_id: str) -> Path:
-        return self.engine._dir(sandbox_id) / "run"  # noqa: SLF001
+        return self.host.sandbox_dir(sandbox_id) / "run"
 
     def _load(self, sandbox_id: str, context: str) -> _State | None:
         path = self._state_dir(sandbox_id) / f"{context}.json"
@@ -119,7 +139,7 @@ class Kernels:
             return self._locks.setdefault(key, threading.Lock())
 
     def _kernel_template(self, row: SandboxRow) -> Template:
-        tmpl = self.engine._template_for(row)  # noqa: SLF001
+        tmpl = self.host.template_for(row)
         if tmpl.kernel is None:
             raise WrongStateError(
                 f"sandbox {row.id} runs template {row.template!r}, which has no code "
@@ -137,7 +157,7 @@ class Kernels:
         _check_language(language)
         timeout = validate.positive(timeout, "timeout", maximum=86400) or 60.0
         ctx = validate.code_context(context)
-        row = self.engine._row(sandbox_id)  # noqa: SLF001
+        row = self.host.row(sandbox_id)
         tmpl = self._kernel_template(row)
         with self._lock((sandbox_id, ctx)):
             restarted = False
@@ -168,7 +188,7 @@ class Kernels:
     def create_context(self, sandbox_id: str, cwd: str | None = None,
                        language: str = "python") -> CodeContext:
         _check_language(language)
-        row = self.engine._row(sandbox_id)  # noqa: SLF001
+        row = self.host.row(sandbox_id)
         tmpl = self._kernel_template(row)
         cwd = validate.path(cwd or tmpl.workdir, "cwd")
         ctx = f"ctx-{secrets.token_hex(4)}"
@@ -185,7 +205,7 @@ class Kernels:
     def restart_context(self, sandbox_id: str, context: str | None = None) -> None:
         """A fresh kernel for the context: its variables are gone, its cwd kept."""
         ctx = validate.code_context(context)
-        row = self.engine._row(sandbox_id)  # noqa: SLF001
+        row = self.host.row(sandbox_id)
         tmpl = self._kernel_template(row)
         with self._lock((sandbox_id, ctx)):
             state = self._known_state(sandbox_id, ctx, tmpl)
@@ -193,7 +213,7 @@ class Kernels:
             self._start(sandbox_id, row, tmpl, state)
 
     def list_contexts(self, sandbox_id: str) -> list[CodeContext]:
-        self.engine._row(sandbox_id)  # noqa: SLF001
+        self.host.row(sandbox_id)
         out = []
         for path in sorted(self._state_dir(sandbox_id).glob("*.json")):
             state = self._load(sandbox_id, path.stem)
@@ -239,7 +259,7 @@ class Kernels:
                 ctx: str, ready: float) -> tuple[_Kernel, bool]:
         """The context's kernel: ours, a live one another engine process started, or a new
         one. The flag says a kernel that had run before was replaced (state lost)."""
-        self.engine._guest(sandbox_id, row)  # noqa: SLF001 - resumes a paused sandbox
+        self.host.guest(sandbox_id, row)  # resumes a paused sandbox
         kernel = self._kernels.get((sandbox_id, ctx))
         if kernel is not None:
             return kernel, False
@@ -258,7 +278,7 @@ class Kernels:
         return self._start(sandbox_id, row, tmpl, state, ready), had_kernel
 
     def _guest(self, sandbox_id: str) -> GuestClient:
-        return GuestClient(self.engine._socket(sandbox_id))  # noqa: SLF001
+        return GuestClient(self.host.socket(sandbox_id))
 
     def _running(self, sandbox_id: str, state: _State) -> bool:
         """Is the context's kernel process alive (the guest's table, pid and argv)?"""
@@ -302,7 +322,7 @@ class Kernels:
                state: _State, ready: float = _READY_TIMEOUT) -> _Kernel:
         assert tmpl.kernel is not None
         self._drop(sandbox_id, state.context)
-        guest = self.engine._guest(sandbox_id, row)  # noqa: SLF001
+        guest = self.host.guest(sandbox_id, row)
         self._remove_files(sandbox_id, state)
         state.prefix = f"k{secrets.token_hex(4)}"
         run = confined.open_dir(self._run_dir(sandbox_id))
@@ -312,15 +332,14 @@ class Kernels:
         finally:
             os.close(run)
         # The kernel (the sandbox's root) may rewrite it: owned by that user. fchown, never
-        # by path: the sandbox controls this directory and could swap in a link. Rootless,
-        # the sandbox's root is this user already.
-        if not self.engine.rootless:
-            os.fchown(fd, HOST_ID_BASE, HOST_ID_BASE)
+        # by path: the sandbox controls this directory and could swap in a link.
+        if self.host.sandbox_owner is not None:
+            os.fchown(fd, self.host.sandbox_owner, self.host.sandbox_owner)
         with os.fdopen(fd, "w") as fh:
             json.dump(self._connection(state, f"{GUEST_RUN_DIR}/{state.prefix}"), fh)
         inside = f"{GUEST_RUN_DIR}/{state.prefix}.json"
         argv = [a.replace("{connection_file}", inside) for a in tmpl.kernel["argv"]]
-        env = self.engine._env(row, None)  # noqa: SLF001
+        env = self.host.env(row, None)
         env.update(tmpl.kernel.get("env", {}))
         try:
             state.pid = guest.start(argv, cwd=state.cwd, env=env, max_output=_KERNEL_LOG)
@@ -421,7 +440,7 @@ class Kernels:
                 break
             if event is CLOSED or (event is None and now - last_check > _LIVENESS_EVERY):
                 last_check = now
-                self.engine.store.touch(sandbox_id)  # a long cell is a use
+                self.host.touch(sandbox_id)  # a long cell is a use
                 if not self._running(sandbox_id, kernel.state):
                     code_ = self._exit_code(sandbox_id, kernel.state.pid)
                     if not got_any and code_ == 137:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import resource
 from dataclasses import dataclass
 from typing import Any
@@ -50,14 +51,19 @@ class BundleSpec:
     # A host-owned empty file mounted read-only over /etc/ld.so.preload: the guest's
     # loader must not take a library from the sandbox's writable /etc.
     empty_file: str | None = None
-    # Rootless: the user's mapping (uids, gids), the overlays runc mounts inside the
-    # container (before everything else), rlimits standing in for cgroups, and how
-    # cgroups are reached ("cgroupfs": the root engine's; "systemd": a user's
-    # delegated cgroup v2; "": none, no cgroup can be written).
-    id_map: tuple[list[dict[str, int]], list[dict[str, int]]] | None = None
+
+
+@dataclass(frozen=True)
+class UserHost:
+    """What changes when the engine runs as an ordinary user: the user's id mapping
+    (uids, gids), the overlays runc mounts inside the container (before everything
+    else), rlimits standing in for cgroups, and how cgroups are reached ("systemd": a
+    user's delegated cgroup v2; "": none, no cgroup can be written)."""
+
+    id_map: tuple[list[dict[str, int]], list[dict[str, int]]]
     rootfs_mounts: tuple[dict[str, Any], ...] = ()
     rlimits: tuple[dict[str, Any], ...] = ()
-    cgroups: str = "cgroupfs"
+    cgroups: str = ""
 
 
 def _bind(source: str, dest: str, *, readonly: bool) -> dict[str, Any]:
@@ -67,7 +73,6 @@ def _bind(source: str, dest: str, *, readonly: bool) -> dict[str, Any]:
 
 def _mounts(spec: BundleSpec) -> list[dict[str, Any]]:
     return [
-        *spec.rootfs_mounts,
         {"destination": "/proc", "type": "proc", "source": "proc",
          "options": ["nosuid", "noexec", "nodev"]},
         # Capped in size and inodes: a tmpfs is host memory, and rootless sandboxes have
@@ -113,8 +118,8 @@ def _nofile() -> int:
 
 
 def build_config(spec: BundleSpec) -> dict[str, Any]:
+    """The root engine's container: one shared unprivileged id range, cgroupfs limits."""
     id_map = [{"containerID": 0, "hostID": HOST_ID_BASE, "size": HOST_ID_COUNT}]
-    uid_map, gid_map = spec.id_map or (id_map, id_map)
     # cgroup: the sandbox sees its own cgroup as /, not the host's hierarchy and path.
     namespaces = [{"type": t} for t in ("pid", "ipc", "uts", "mount", "user", "network",
                                         "cgroup")]
@@ -134,8 +139,7 @@ def build_config(spec: BundleSpec) -> dict[str, Any]:
             "rlimits": [
                 {"type": "RLIMIT_NOFILE", "hard": _nofile(), "soft": _nofile()},
                 {"type": "RLIMIT_CORE", "hard": 0, "soft": 0},
-                *spec.rlimits,
-            ],
+                    ],
             "noNewPrivileges": True,
             "oomScoreAdj": 0,
         },
@@ -143,8 +147,8 @@ def build_config(spec: BundleSpec) -> dict[str, Any]:
         "hostname": spec.sandbox_id,
         "mounts": _mounts(spec),
         "linux": {
-            "uidMappings": uid_map,
-            "gidMappings": gid_map,
+            "uidMappings": id_map,
+            "gidMappings": [dict(m) for m in id_map],
             "namespaces": namespaces,
             "cgroupsPath": f"/abx/{spec.sandbox_id}",
             "resources": _resources(spec.limits),
@@ -153,12 +157,21 @@ def build_config(spec: BundleSpec) -> dict[str, Any]:
             "readonlyPaths": READONLY_PATHS,
         },
     }
-    linux = config["linux"]
-    if spec.id_map is not None:
-        del config["process"]["oomScoreAdj"]  # a user may not lower its own score
-    if spec.cgroups == "systemd":  # runc --systemd-cgroup: slice:prefix:name
-        linux["cgroupsPath"] = f"user.slice:abx:{spec.sandbox_id}"
-        del linux["resources"]["devices"]  # a user's runc cannot program the device cgroup
-    elif not spec.cgroups:
-        del linux["cgroupsPath"], linux["resources"]  # nothing a plain user may write
     return config
+
+
+def to_rootless(config: dict[str, Any], user: UserHost) -> dict[str, Any]:
+    """The same container for an engine running as an ordinary user: a new config, the
+    root one untouched (as runc's ``ToRootless`` and containerd's spec options do)."""
+    out = copy.deepcopy(config)
+    process, linux = out["process"], out["linux"]
+    linux["uidMappings"], linux["gidMappings"] = copy.deepcopy(user.id_map)
+    out["mounts"] = [*copy.deepcopy(user.rootfs_mounts), *out["mounts"]]
+    process["rlimits"] += copy.deepcopy(user.rlimits)
+    process.pop("oomScoreAdj", None)  # a user may not lower its own score
+    if user.cgroups == "systemd":  # runc --systemd-cgroup: slice:prefix:name
+        linux["cgroupsPath"] = f"user.slice:abx:{out['hostname']}"
+        del linux["resources"]["devices"]  # a user's runc cannot program the device cgroup
+    else:
+        del linux["cgroupsPath"], linux["resources"]  # nothing a plain user may write
+    return out

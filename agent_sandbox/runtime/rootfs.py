@@ -11,7 +11,6 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -166,19 +165,21 @@ def unmount_rootfs(rootfs: Path) -> None:
 _TRASH = ".trash-"
 
 
-def wipe_system_layer(system_dir: Path, *, rootless: bool = False) -> None:
-    """Throw the system layer away: rename (instant), then delete."""
+def wipe_system_layer(system_dir: Path, *, owner: int | None,
+                      remove: Callable[[Path], None]) -> None:
+    """Throw the system layer away: rename (instant), then delete. ``owner``: who the
+    fresh layer belongs to (the sandboxes' root), None for the engine's own user."""
     if not system_dir.exists():
         return
     trash = system_dir.with_name(f"{_TRASH}{os.getpid()}-{os.urandom(4).hex()}")
     os.replace(system_dir, trash)
     system_dir.mkdir()
-    if not rootless:
-        os.chown(system_dir, HOST_ID_BASE, HOST_ID_BASE)
-    _remove(trash, rootless)
+    if owner is not None:
+        os.chown(system_dir, owner, owner)
+    remove(trash)
 
 
-def sweep_trash(volume_root: Path, *, rootless: bool = False) -> None:
+def sweep_trash(volume_root: Path, *, remove: Callable[[Path], None]) -> None:
     """Delete system layers a crashed wipe renamed but never removed (the sandbox cannot
     see the volume's root, so these are ours)."""
     try:
@@ -187,13 +188,4 @@ def sweep_trash(volume_root: Path, *, rootless: bool = False) -> None:
     except OSError:
         return
     for entry in leftovers:
-        _remove(Path(entry.path), rootless)
-
-
-def _remove(tree: Path, rootless: bool) -> None:
-    if rootless:
-        from agent_sandbox.runtime.rootless import remove_tree
-
-        remove_tree(tree)  # sandboxes wrote it with subordinate ids too
-        return
-    shutil.rmtree(tree, ignore_errors=True)  # fd-based: no link in it is followed
+        remove(Path(entry.path))

@@ -13,34 +13,27 @@ path, so a re-imported template must never reuse the path of the one it replaces
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import re
 import shlex
 import shutil
 import stat
-import struct
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent_sandbox.errors import InvalidArgumentError, NotFoundError, RuntimeUnavailableError
+from agent_sandbox.errors import InvalidArgumentError, NotFoundError
 from agent_sandbox.runtime import oci_image
 from agent_sandbox.runtime.oci_image import ProgressFn, resolve_in_root
 
 BASE = "base"
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
-_USR_MERGED_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
-# Host files always hidden, whatever their mode.
-_ALWAYS_MASKED = ("shadow", "shadow-", "gshadow", "gshadow-", "machine-id")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Where every sandbox sees the host's /usr, read-only: the guest agent runs from it.
-HOST_USR = "/.abx/hostusr"
 
 
 @dataclass
@@ -81,15 +74,6 @@ _TEMPLATE_FIELDS = frozenset(Template.__dataclass_fields__)
 
 
 @dataclass
-class GuestPython:
-    """How to start the guest agent in a template: argv prefix, env, extra mounts."""
-
-    argv: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-    mounts: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass
 class _Meta:
     env: dict[str, str]
     workdir: str
@@ -112,10 +96,10 @@ def validate_name(name: str) -> str:
 
 
 class TemplateStore:
-    def __init__(self, root: Path, *, rootless: bool = False) -> None:
+    def __init__(self, root: Path, assemble_base: Callable[[Path], Template]) -> None:
         self.root = root
-        # Rootless: base is a user-owned copy of part of the host (rootless_base.py).
-        self.rootless = rootless
+        # How this host mode makes ``base`` in its folder (template_base.py).
+        self._assemble_base = assemble_base
         root.mkdir(parents=True, exist_ok=True)
         # Imported images keep their setuid files and templates their env values: only
         # the engine (root, or the rootless user) reads them, through its own views.
@@ -265,170 +249,13 @@ class TemplateStore:
         """The base template, assembled once per process; ``refresh_base`` picks up a
         changed host /etc (the engine's reaper calls it every few seconds)."""
         if self._base is None:
-            self._base = self._assemble_base()
+            self._base = self._assemble_base(self.root / BASE)
         return self._base
 
     def refresh_base(self) -> None:
-        self._base = self._assemble_base()
-
-    def _assemble_base(self) -> Template:
-        folder = self.root / BASE
-        skeleton = folder / "skeleton"
-        if not skeleton.exists():
-            _build_skeleton(folder, skeleton, merged=self.rootless)
-        etc = _ensure_etc_snapshot(folder)
-        if self.rootless:
-            from agent_sandbox.runtime import rootless_base
-
-            usr = rootless_base.ensure_usr(folder)
-            return Template(
-                name=BASE, kind="base", created_at=skeleton.stat().st_mtime,
-                layers=[Layer("/", [str(skeleton)]), Layer("/usr", [str(usr)]),
-                        Layer("/etc", [str(etc)])],
-                description="A copy of part of the host OS (shells, coreutils, python3, pip, "
-                            "apt) and its /etc (secrets masked), fresh /tmp /root /home /var",
-            )
-        layers = [Layer("/", [str(skeleton)]), Layer("/usr", ["/usr"]), Layer("/etc", [str(etc)])]
-        for name in _USR_MERGED_DIRS:
-            host = Path("/") / name
-            if host.is_dir() and not host.is_symlink():
-                layers.append(Layer(f"/{name}", [str(host)]))
-        return Template(
-            name=BASE, kind="base", layers=layers, created_at=skeleton.stat().st_mtime,
-            description="A view of the host OS: its /usr and /etc (secrets masked), "
-                        "fresh /tmp /root /home /var",
-        )
+        self._base = self._assemble_base(self.root / BASE)
 
 
-def _build_skeleton(folder: Path, skeleton: Path, *, merged: bool = False) -> None:
-    """``merged``: /bin, /lib, ... are links into /usr whatever the host does (the
-    rootless base copies everything into its /usr)."""
-    # Unique per thread and process: a pool thread and a create may both get here.
-    tmp = folder / f".skeleton.tmp{os.getpid()}-{time.time_ns()}"
-    tmp.mkdir(parents=True)
-    dirs = {"usr": 0o755, "etc": 0o755, "tmp": 0o1777, "root": 0o700, "home": 0o755,
-            "var": 0o755, "var/tmp": 0o1777, "var/lib": 0o755, "var/cache": 0o755,
-            "var/log": 0o755, "run": 0o755, "proc": 0o555, "sys": 0o555, "dev": 0o755,
-            "workspace": 0o755, "opt": 0o755, "mnt": 0o755, "srv": 0o755, "media": 0o755,
-            ".abx": 0o755, ".abx/guest": 0o755, ".abx/run": 0o755}
-    for rel, mode in dirs.items():
-        (tmp / rel).mkdir(exist_ok=True)
-        os.chmod(tmp / rel, mode)
-    for name in _USR_MERGED_DIRS:
-        host = Path("/") / name
-        if host.is_symlink():
-            os.symlink(os.readlink(host), tmp / name)
-        elif merged and host.is_dir():
-            os.symlink(f"usr/{name}", tmp / name)
-        elif host.is_dir():
-            (tmp / name).mkdir()
-    # dpkg's database makes apt and dpkg work on top of the host's /usr.
-    if Path("/var/lib/dpkg").is_dir():
-        try:
-            shutil.copytree("/var/lib/dpkg", tmp / "var/lib/dpkg", symlinks=True)
-        except shutil.Error:
-            pass  # a non-root copy misses the root-only lock files: dpkg makes new ones
-    try:
-        os.replace(tmp, skeleton)
-    except OSError:  # someone else finished first: theirs is as good
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _etc_fingerprint(etc: Path) -> tuple[str, list[tuple[str, os.stat_result]]]:
-    """What a snapshot would hold (world-readable entries) and a digest of it."""
-    entries: list[tuple[str, os.stat_result]] = []
-    digest = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(etc):
-        dirnames.sort()
-        for name in sorted(dirnames) + sorted(filenames):
-            full = os.path.join(dirpath, name)
-            try:
-                st = os.lstat(full)
-            except OSError:
-                continue
-            rel = os.path.relpath(full, etc)
-            secret = not stat.S_ISLNK(st.st_mode) and not st.st_mode & stat.S_IROTH
-            if secret or rel in _ALWAYS_MASKED:
-                if name in dirnames:
-                    dirnames.remove(name)  # a private directory: nothing below is shared
-                continue
-            entries.append((rel, st))
-            digest.update(f"{rel}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\0"
-                          f"{st.st_uid}\0{st.st_gid}\n".encode())
-    return digest.hexdigest()[:12], entries
-
-
-def _sanitized(path: Path) -> str:
-    """/etc/shadow-like file with every password field locked."""
-    lines = []
-    for line in path.read_text(errors="replace").splitlines():
-        parts = line.split(":")
-        if len(parts) > 2:
-            parts[1] = "*"
-            lines.append(":".join(parts))
-    return "\n".join(lines) + "\n"
-
-
-def _ensure_etc_snapshot(folder: Path) -> Path:
-    """A copy of the host's /etc holding only what every host user may read.
-
-    A copy, not a live view: a secret created in the host's /etc later can never show
-    up in a sandbox. Versioned by a digest of names, modes, sizes and times: a changed
-    /etc gives a new snapshot for new sandboxes; running ones keep theirs.
-    """
-    etc = Path("/etc")
-    digest, entries = _etc_fingerprint(etc)
-    snapshot = folder / f"etc-{digest}"
-    if snapshot.exists():
-        return snapshot
-    tmp = folder / f".etc.tmp{os.getpid()}-{time.time_ns()}"
-    tmp.mkdir(parents=True)
-    os.chmod(tmp, 0o755)
-    # As a plain user the copy is the user's own (root inside its sandboxes).
-    own_ids = os.geteuid() == 0
-    for rel, st in entries:
-        src, dst = etc / rel, tmp / rel
-        try:
-            if stat.S_ISDIR(st.st_mode):
-                dst.mkdir(exist_ok=True)
-            elif stat.S_ISLNK(st.st_mode):
-                os.symlink(os.readlink(src), dst)
-            elif stat.S_ISREG(st.st_mode):
-                shutil.copyfile(src, dst, follow_symlinks=False)
-            else:
-                continue  # fifos, sockets, devices: not configuration
-            if own_ids:
-                os.lchown(dst, st.st_uid, st.st_gid)
-            if not stat.S_ISLNK(st.st_mode):
-                os.chmod(dst, stat.S_IMODE(st.st_mode))
-                os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
-        except OSError:
-            continue  # vanished or unreadable meanwhile: leave it out
-    for name, source in (("shadow", "passwd"), ("gshadow", "group")):
-        if (etc / name).is_file():
-            # The real file when readable (root), else the same names from the public one.
-            if os.access(etc / name, os.R_OK):
-                text = _sanitized(etc / name)
-            else:
-                tail = ":::::::" if name == "shadow" else "::"
-                text = "".join(line.split(":", 1)[0] + ":*" + tail + "\n" for line in
-                               (etc / source).read_text(errors="replace").splitlines()
-                               if ":" in line)
-            (tmp / name).write_text(text)
-            os.chmod(tmp / name, 0o640)
-    for name, text in (("hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n"),
-                       # slirp4netns' DNS forwarder, for sandboxes with network=True
-                       ("resolv.conf", "nameserver 10.0.2.3\n"),
-                       ("hostname", "sandbox\n")):
-        target = tmp / name
-        if target.is_symlink() or target.exists():
-            target.unlink()
-        target.write_text(text)
-    try:
-        os.replace(tmp, snapshot)
-    except OSError:  # another process made the same snapshot first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return snapshot
 _COMMAND_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -544,56 +371,3 @@ def _image_description(archive: Path, image: oci_image.ImageInfo) -> str:
     text = f"Imported from {archive.name} ({image.format}, {image.architecture or '?'})"
     argv = (image.entrypoint or []) + (image.cmd or [])
     return f"{text}; image command: {shlex.join(argv)}" if argv else text
-
-
-# the guest interpreter -------------------------------------------------------------------
-def host_python() -> GuestPython:
-    """The host's python3 seen through a read-only bind of its /usr, started by the
-    host's dynamic loader with the host's libraries: it needs nothing from the template,
-    not even a libc."""
-    exe = Path("/usr/bin/python3")
-    real = Path(os.path.realpath(exe))
-    loader = Path(os.path.realpath(_elf_interpreter(real)))
-    if not _under_usr(real) or not _under_usr(loader):
-        raise RuntimeUnavailableError(
-            "the guest agent runs on the host's python3, but it or its loader is outside "
-            "/usr; install python3 from the distribution (apt-get install python3)")
-    libdirs = [str(loader.parent), "/usr/lib"]
-    return GuestPython(
-        # bin/python3, not python3.X: the template survives a host python upgrade.
-        argv=[_in_sandbox(loader), "--library-path",
-              ":".join(_in_sandbox(Path(d)) for d in dict.fromkeys(libdirs)), _in_sandbox(exe)],
-        env={"PYTHONHOME": HOST_USR},
-        mounts=[{"destination": HOST_USR, "type": "bind", "source": "/usr",
-                 "options": ["rbind", "nosuid", "nodev", "ro"]}],
-    )
-
-
-def _under_usr(path: Path) -> bool:
-    return path.parts[:2] == ("/", "usr")
-
-
-def _in_sandbox(host_path: Path) -> str:
-    return HOST_USR + str(host_path)[len("/usr"):]
-
-
-def _elf_interpreter(path: Path) -> str:
-    """The PT_INTERP (dynamic loader) path of an ELF executable."""
-    with open(path, "rb") as fh:
-        head = fh.read(64)
-        if head[:4] != b"\x7fELF":
-            raise RuntimeUnavailableError(f"{path} is not an ELF executable")
-        wide, order = head[4] == 2, "<" if head[5] == 1 else ">"
-        phoff = struct.unpack_from(order + ("Q" if wide else "I"), head, 0x20 if wide else 0x1C)[0]
-        entsize, count = struct.unpack_from(order + "HH", head, 0x36 if wide else 0x2A)
-        for i in range(count):
-            fh.seek(phoff + i * entsize)
-            ph = fh.read(entsize)
-            if struct.unpack_from(order + "I", ph, 0)[0] != 3:  # PT_INTERP
-                continue
-            fmt, off_at, size_at = (order + "Q", 8, 32) if wide else (order + "I", 4, 16)
-            offset, size = struct.unpack_from(fmt, ph, off_at)[0], struct.unpack_from(
-                fmt, ph, size_at)[0]
-            fh.seek(offset)
-            return fh.read(size).rstrip(b"\0").decode()
-    raise RuntimeUnavailableError(f"{path} is statically linked: no loader to reuse")

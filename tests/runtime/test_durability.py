@@ -72,7 +72,7 @@ def _assert_clean(engine: Engine, seen: dict[str, Any]) -> None:
     assert set(seen["dirs"]) <= set(rows), "orphan sandbox dir"
     for mount in seen["mounts"]:
         assert mount.split("/sandboxes/")[1].split("/")[0] in rows, f"orphan mount {mount}"
-    attached = {f"{engine._volumes_dir}/{vol}.img" for vol, owner in seen["volumes"].items()
+    attached = {f"{engine.mode.layout.volume(vol)}" for vol, owner in seen["volumes"].items()
                 if owner in rows}
     assert set(seen["loops"]) <= attached, "orphan loop device"
     assert seen["trash"] == [], "trash left behind"
@@ -115,7 +115,7 @@ def test_sigkill_at_each_step(engine: Engine, op: str) -> None:
                 assert _volume_hash(engine, volume_id) == digest, f"kept volume changed ({delay})"
             elif op == "kill-delete" and not alive:
                 assert volume_id not in seen["volumes"]
-                assert not Path(f"{engine._volumes_dir}/{volume_id}.img").exists()
+                assert not engine.mode.layout.volume(volume_id).exists()
             elif op == "write":
                 assert alive
                 size = engine.run(sandbox_id, f"stat -c %s {BIG}; ls -a /workspace").stdout

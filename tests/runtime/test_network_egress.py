@@ -237,7 +237,7 @@ def test_filter_that_cannot_load_fails_clearly(monkeypatch: pytest.MonkeyPatch) 
 def test_never_installed_in_the_hosts_netns() -> None:
     host_rules = subprocess.run(["nft", "list", "ruleset"], capture_output=True, text=True)
     with pytest.raises(RuntimeUnavailableError, match="shares the host's net namespace"):
-        egress.install(os.getpid(), rootless=os.geteuid() != 0)
+        egress.install(os.getpid(), join_userns=os.geteuid() != 0)
     after = subprocess.run(["nft", "list", "ruleset"], capture_output=True, text=True)
     assert after.stdout == host_rules.stdout
 
@@ -280,7 +280,7 @@ def test_rootless_path_enters_the_user_namespace(local_users: Any) -> None:
                 if os.stat(f"/proc/{{p.pid}}/ns/net").st_ino != ours:
                     break
                 time.sleep(0.01)
-            egress.install(p.pid, rootless=True)
+            egress.install(p.pid, join_userns=True)
             out = subprocess.run(["nsenter", "--user", "--net", "--preserve-credentials",
                                   "-t", str(p.pid), "nft", "list", "table", "inet",
                                   "{egress.TABLE}"], capture_output=True, text=True)

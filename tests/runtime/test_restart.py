@@ -65,11 +65,11 @@ def test_sandboxes_survive_engine_exit(how: str) -> None:
 
 _CRASH_MID_CREATE = textwrap.dedent("""
     import os
-    from agent_sandbox.runtime import engine as engine_mod
+    from agent_sandbox.runtime import boot
     def crash(self, sandbox_id, output):
         print(sandbox_id, flush=True)
         os.kill(os.getpid(), 9)
-    engine_mod.Engine._wait_ready = crash  # die once the container is up, before ready
+    boot.Booter.wait_ready = crash  # die once the container is up, before ready
     from agent_sandbox import Sandbox
     Sandbox.create()
 """)

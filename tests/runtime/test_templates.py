@@ -21,7 +21,8 @@ from agent_sandbox import Sandbox
 from agent_sandbox.errors import InvalidArgumentError, NotFoundError, WrongStateError
 from agent_sandbox.providers.local import local_provider
 from agent_sandbox.runtime.engine import Engine
-from agent_sandbox.runtime.templates import HOST_USR, TemplateStore
+from agent_sandbox.runtime.guest_python import HOST_USR
+from agent_sandbox.runtime.templates import TemplateStore
 
 _BUSYBOX = Path("/bin/busybox")
 _APPLETS = ("sh", "ls", "cat", "echo", "pwd", "test", "tr", "id", "stat")
@@ -277,7 +278,7 @@ def test_leftovers_of_dead_importers_are_swept(store: TemplateStore) -> None:
     live = store.root / f".tmp-y-{os.getpid()}-1"
     for path in (dead, live):
         (path / "rootfs").mkdir(parents=True)
-    TemplateStore(store.root)
+    TemplateStore(store.root, lambda folder: store.ensure_base())
     assert not dead.exists() and live.exists()
     shutil.rmtree(live)
 

@@ -16,7 +16,7 @@ def local_provider() -> Engine:
     global _engine
     with _guard:
         if _engine is None:
-            _engine = Engine()
+            _engine = Engine().open()
             atexit.register(_engine.close)  # releases host mounts nothing needs any more
         return _engine
 

@@ -1,0 +1,124 @@
+"""How this host runs sandboxes: as root, or as an ordinary user (rootless).
+
+Everything that differs between the two lives behind ``HostMode``: where a sandbox's
+disk is and how it is made, attached and torn down, how its root filesystem is mounted,
+what the OCI bundle gets on top of the shared policy, how it is frozen, which limits
+really hold. The lifecycle code above it has no branch on the mode. A third backend (a
+microVM, a pod) implements the same surface.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from agent_sandbox.runtime.config import EngineConfig
+
+if TYPE_CHECKING:
+    from agent_sandbox.runtime.guest_client import GuestClient
+    from agent_sandbox.runtime.runc import Runc
+    from agent_sandbox.runtime.store import SandboxRow
+    from agent_sandbox.runtime.templates import Template
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a sandbox's files live on the host (nothing here is visible inside)."""
+
+    config: EngineConfig
+    volume_suffix: str  # ".img" for an image file, "" for a directory
+
+    @property
+    def volumes_dir(self) -> Path:
+        return self.config.data_dir / "volumes"
+
+    def sandbox_dir(self, sandbox_id: str) -> Path:
+        return self.config.sandboxes_dir / sandbox_id
+
+    def socket(self, sandbox_id: str) -> str:
+        """The guest's listener: bound by the host in the sandbox's host-only directory
+        (never in anything the sandbox can see), handed to the guest as fd 3."""
+        return str(self.sandbox_dir(sandbox_id) / "guest.sock")
+
+    def volume(self, volume_id: str) -> Path:
+        return self.volumes_dir / f"{volume_id}{self.volume_suffix}"
+
+    def empty_file(self) -> Path:
+        """A host-owned empty read-only file, mounted over what no sandbox may feed the
+        guest's loader (/etc/ld.so.preload)."""
+        path = self.config.data_dir / "empty"
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o444)
+            os.close(fd)
+        return path
+
+
+class HostMode(Protocol):
+    name: str
+    layout: Layout
+    cgroups: str  # what runc is told: "cgroupfs", "systemd" or "" (none)
+    # Who owns files the host makes for the sandbox's root (None: the engine's user).
+    sandbox_owner: int | None
+
+    def prepare(self) -> None:
+        """Make the data dir's folders, private to the engine and the sandboxes' root."""
+
+    def enforced_limits(self) -> dict[str, bool]: ...
+
+    def describe(self, enforced: dict[str, bool]) -> dict[str, Any]: ...
+
+    def check_network(self) -> None:
+        """Raise RuntimeUnavailableError when network=True cannot work here."""
+
+    def assemble_base(self, folder: Path) -> Template: ...
+
+    def new_volume(self, volume_id: str, size_mb: int) -> None: ...
+
+    def attach(self, row: SandboxRow) -> Path:
+        """Make the sandbox's disk available; returns where its sys/ and workspace/ are."""
+
+    def disk_root(self, row: SandboxRow) -> Path: ...
+
+    def bundle(self, row: SandboxRow, config: dict[str, Any]) -> dict[str, Any]:
+        """Mount what the container's root needs and adapt the shared OCI config."""
+
+    def unmount_root(self, row: SandboxRow) -> None: ...
+
+    def freeze(self, runc: Runc, sandbox_id: str, control: GuestClient) -> None: ...
+
+    def thaw(self, runc: Runc, row: SandboxRow, runc_status: str,
+             control: GuestClient) -> None: ...
+
+    def wipe_system_layer(self, system_dir: Path) -> None: ...
+
+    def sweep_trash(self, disk_root: Path) -> None: ...
+
+    def teardown(self, row: SandboxRow, *, keep_volume: bool) -> None:
+        """Unmount and detach everything of the sandbox's (the container is gone)."""
+
+    def remove_volume(self, volume_id: str) -> None: ...
+
+    def remove_tree(self, path: Path) -> None: ...
+
+    def install_egress(self, pid: int) -> None: ...
+
+    def release_views(self, in_use: Any) -> bool:
+        """Drop host views of templates when ``in_use()`` says no sandbox needs them."""
+
+    def forget_views(self, lowers: list[str]) -> None:
+        """A removed template's directories need no view any more."""
+
+    def private_dir(self, path: Path) -> None: ...
+
+
+def select_host_mode(config: EngineConfig) -> HostMode:
+    """Root runs sandboxes with mounts and loop disks; anyone else, rootless."""
+    if os.geteuid() == 0:
+        from agent_sandbox.runtime.host_root import RootHost
+
+        return RootHost(config)
+    from agent_sandbox.runtime.host_rootless import RootlessHost
+
+    return RootlessHost(config)

@@ -1,0 +1,87 @@
+"""Warm pool: started, unclaimed sandboxes per pooled template, so a create that fits
+(default limits, no network, no volume) returns in milliseconds."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from typing import Any
+
+from agent_sandbox.runtime.config import EngineConfig
+from agent_sandbox.runtime.guest_client import GuestClient, GuestUnavailableError
+from agent_sandbox.runtime.sandboxes import Sandboxes
+from agent_sandbox.runtime.store import CREATING, SandboxRow
+
+POOLED = "pooled"
+_ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def new_id() -> str:
+    return "sbx-" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(10))
+
+
+class WarmPool:
+    def __init__(self, sandboxes: Sandboxes, config: EngineConfig,
+                 stop: threading.Event) -> None:
+        self.sandboxes = sandboxes
+        self.config = config
+        self._stop = stop
+        self.wake = threading.Event()
+
+    def fits(self, template: str, *, volume: str | None, network: bool,
+             limits: dict[str, Any]) -> bool:
+        return (volume is None and not network and limits == self.config.limits.__dict__
+                and template in self.config.pool_templates and self.config.pool_size > 0)
+
+    def claim(self, template: str, **fields: Any) -> str | None:
+        """A live pooled sandbox, now the caller's (fields set), or None."""
+        store = self.sandboxes.store
+        now = time.time()
+        while True:
+            sandbox_id = store.claim_pooled(template, self.config.limits.__dict__,
+                                            created_at=now, last_used=now, **fields)
+            self.wake.set()
+            if sandbox_id is None:
+                return None
+            try:
+                GuestClient(self.sandboxes.socket(sandbox_id), connect_timeout=1.0).ping()
+                return sandbox_id
+            except GuestUnavailableError:
+                # A pooled sandbox that died meanwhile (host reboot): drop it, try another.
+                row = store.get_sandbox(sandbox_id)
+                if row is not None:
+                    self.sandboxes.destroy(row, delete_volume=True)
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            self.wake.wait(timeout=30)
+            self.wake.clear()
+            for template in self.config.pool_templates:
+                try:
+                    self._fill(template)
+                except Exception:  # noqa: BLE001 - a failed refill must not end the loop
+                    self._stop.wait(5)
+
+    def _fill(self, template: str) -> None:
+        tmpl = self.sandboxes.templates.get(template)
+        store = self.sandboxes.store
+        while not self._stop.is_set() and store.count_pooled(template) < self.config.pool_size:
+            sandbox_id = new_id()
+            now = time.time()
+            row = SandboxRow(
+                id=sandbox_id, template=tmpl.name, state=CREATING, created_at=now,
+                last_used=now, timeout=300.0, persistent=False, network=False,
+                volume_id=f"vol-{sandbox_id[4:]}", limits=self.config.limits.__dict__,
+                layers=[{"target": x.target, "lowers": x.lowers} for x in tmpl.layers],
+            )
+            self.sandboxes.make(row, new_volume=True, final_state=POOLED)
+
+    def drain(self) -> int:
+        """Destroy every warm, unclaimed sandbox; returns how many."""
+        drained = 0
+        for row in self.sandboxes.store.list_sandboxes():
+            if row.state == POOLED:
+                self.sandboxes.destroy(row, delete_volume=True)
+                drained += 1
+        return drained
