@@ -74,6 +74,13 @@ class PermissionDeniedError(SandboxError):
     http_status = 403
 
 
+class UnauthenticatedError(SandboxError):
+    """No API key, or an unknown or revoked one (the gateway answers 401)."""
+
+    code = "unauthenticated"
+    http_status = 401
+
+
 _BY_CODE: dict[str, type[SandboxError]] = {
     cls.code: cls
     for cls in (
@@ -85,6 +92,7 @@ _BY_CODE: dict[str, type[SandboxError]] = {
         ResourceExhaustedError,
         RuntimeUnavailableError,
         PermissionDeniedError,
+        UnauthenticatedError,
     )
 }
 

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
-from agent_sandbox.errors import NotFoundError
-from agent_sandbox.providers.remote.errors import UnauthenticatedError
+from agent_sandbox.errors import NotFoundError, UnauthenticatedError
 from agent_sandbox.runtime import validate
 from agent_sandbox.server.keys import DEFAULT_MAX_COMMANDS, DEFAULT_MAX_SANDBOXES, ApiKey, KeyStore
 from agent_sandbox.server.peercred import PeerCred, peer_of
@@ -85,8 +84,11 @@ def check_sandbox(state: GatewayState, who: Principal, sandbox_id: str) -> str:
     validate.sandbox_id(sandbox_id)
     if who.admin:
         return sandbox_id
-    row = state.engine.store.get_sandbox(sandbox_id)
-    if row is None or row.owner != who.owner:
+    try:
+        owner = state.engine.info(sandbox_id).owner
+    except NotFoundError:
+        owner = None
+    if owner != who.owner:
         raise NotFoundError(f"sandbox {sandbox_id} not found (it may have been killed)")
     return sandbox_id
 

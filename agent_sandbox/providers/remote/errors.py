@@ -5,14 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent_sandbox.errors import SandboxError, error_from_code
+from agent_sandbox.errors import SandboxError, UnauthenticatedError, error_from_code
 
-
-class UnauthenticatedError(SandboxError):
-    """No API key, or an unknown or revoked one (the gateway answers 401)."""
-
-    code = "unauthenticated"
-    http_status = 401
+__all__ = ["UnauthenticatedError", "decode_error"]
 
 
 def decode_error(status: int, body: bytes, retry_after: str | None = None) -> SandboxError:
@@ -30,6 +25,4 @@ def decode_error(status: int, body: bytes, retry_after: str | None = None) -> Sa
     details = payload.get("details") if isinstance(payload.get("details"), dict) else {}
     if retry_after is not None:
         details = {**details, "retry_after": retry_after}
-    if code == UnauthenticatedError.code:
-        return UnauthenticatedError(message, details=details)
     return error_from_code(code, message, details)

@@ -37,7 +37,7 @@ def delete_volume(volume_id: str, state: State, who: Caller) -> Response:
 @router.get("/health", tags=["service"])
 def health(state: State) -> Health:
     """Unauthenticated liveness: the engine's state database answers."""
-    return Health(status="ok", sandboxes=len(state.engine.store.list_sandboxes()))
+    return Health(status="ok", sandboxes=len(state.engine.list()))
 
 
 @router.get("/metrics", tags=["service"], response_class=PlainTextResponse)
