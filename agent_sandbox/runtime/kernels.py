@@ -17,14 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
-import os
 import secrets
 import threading
 import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from agent_sandbox.errors import (
     InvalidArgumentError,
@@ -34,10 +31,11 @@ from agent_sandbox.errors import (
     WrongStateError,
 )
 from agent_sandbox.models import CodeContext, Execution, ExecutionError
-from agent_sandbox.runtime import confined, validate
+from agent_sandbox.runtime import validate
 from agent_sandbox.runtime.guest_client import GuestClient, GuestUnavailableError
 from agent_sandbox.runtime.kernel_cell import CellOutput, ResultCallback, TextCallback
 from agent_sandbox.runtime.kernel_channel import CLOSED, KernelChannel
+from agent_sandbox.runtime.kernel_files import KernelFiles, KernelHost, KernelState
 from agent_sandbox.runtime.oci import GUEST_DIR, GUEST_RUN_DIR
 
 if TYPE_CHECKING:
@@ -45,29 +43,7 @@ if TYPE_CHECKING:
     from agent_sandbox.runtime.templates import Template
 
 
-class KernelHost(Protocol):
-    """What kernels need of the engine: where a sandbox's host-only files are, its row
-    and template, a client for its guest (resuming it), its environment, and who owns
-    the files the host makes for the sandbox's root (None: the engine's own user)."""
-
-    sandbox_owner: int | None
-
-    def sandbox_dir(self, sandbox_id: str) -> Path: ...
-
-    def socket(self, sandbox_id: str) -> str: ...
-
-    def row(self, sandbox_id: str) -> SandboxRow: ...
-
-    def template_for(self, row: SandboxRow) -> Template: ...
-
-    def guest(self, sandbox_id: str, row: SandboxRow | None = None) -> GuestClient: ...
-
-    def env(self, row: SandboxRow, extra: dict[str, str] | None) -> dict[str, str]: ...
-
-    def touch(self, sandbox_id: str) -> None: ...
-
 CODE_TEMPLATE = "code-interpreter-v1"
-_PORTS = {"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5}
 _READY_TIMEOUT = 60.0  # a kernel on a small CPU share under load can take a while
 _MIN_START = 15.0  # what run_code allows a kernel to start, however short its timeout
 _LIVENESS_EVERY = 1.0  # seconds of silence between checks that the kernel still runs
@@ -81,20 +57,8 @@ class _KernelGone(Exception):
 
 
 @dataclass
-class _State:
-    """What the host keeps about one context (``<sandbox dir>/kernels/<ctx>.json``)."""
-
-    context: str
-    cwd: str
-    key: str
-    pid: int | None = None
-    prefix: str | None = None  # the kernel's socket files are run/<prefix>-<port>
-    started_at: float = 0.0
-
-
-@dataclass
 class _Kernel:
-    state: _State
+    state: KernelState
     channel: KernelChannel
     cells: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
@@ -107,32 +71,10 @@ class Kernels:
 
     def __init__(self, host: KernelHost) -> None:
         self.host = host
+        self.files = KernelFiles(host)
         self._kernels: dict[tuple[str, str], _Kernel] = {}
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._guard = threading.Lock()
-
-    # paths and state -------------------------------------------------------------------
-    def _state_dir(self, sandbox_id: str) -> Path:
-        return self.host.sandbox_dir(sandbox_id) / "kernels"
-
-    def _run_dir(self, sandbox_id: str) -> Path:
-        return self.host.sandbox_dir(sandbox_id) / "run"
-
-    def _load(self, sandbox_id: str, context: str) -> _State | None:
-        path = self._state_dir(sandbox_id) / f"{context}.json"
-        try:
-            return _State(**json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError):
-            return None
-
-    def _save(self, sandbox_id: str, state: _State) -> None:
-        folder = self._state_dir(sandbox_id)
-        folder.mkdir(mode=0o700, exist_ok=True)
-        tmp = folder / f".{state.context}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(asdict(state), fh)
-        os.replace(tmp, folder / f"{state.context}.json")
 
     def _lock(self, key: tuple[str, str]) -> threading.Lock:
         with self._guard:
@@ -192,13 +134,13 @@ class Kernels:
         tmpl = self._kernel_template(row)
         cwd = validate.path(cwd or tmpl.workdir, "cwd")
         ctx = f"ctx-{secrets.token_hex(4)}"
-        state = _State(context=ctx, cwd=cwd, key=secrets.token_hex(32))
-        self._save(sandbox_id, state)
+        state = KernelState(context=ctx, cwd=cwd, key=secrets.token_hex(32))
+        self.files.save(sandbox_id, state)
         with self._lock((sandbox_id, ctx)):
             try:
                 self._start(sandbox_id, row, tmpl, state)
             except BaseException:
-                (self._state_dir(sandbox_id) / f"{ctx}.json").unlink(missing_ok=True)
+                (self.files.state_dir(sandbox_id) / f"{ctx}.json").unlink(missing_ok=True)
                 raise
         return CodeContext(id=ctx, language="python", cwd=cwd)
 
@@ -215,8 +157,8 @@ class Kernels:
     def list_contexts(self, sandbox_id: str) -> list[CodeContext]:
         self.host.row(sandbox_id)
         out = []
-        for path in sorted(self._state_dir(sandbox_id).glob("*.json")):
-            state = self._load(sandbox_id, path.stem)
+        for path in sorted(self.files.state_dir(sandbox_id).glob("*.json")):
+            state = self.files.load(sandbox_id, path.stem)
             if state is not None:
                 out.append(CodeContext(id=state.context, cwd=state.cwd))
         return out
@@ -240,14 +182,14 @@ class Kernels:
             kernel.close()
 
     # kernels ---------------------------------------------------------------------------
-    def _known_state(self, sandbox_id: str, ctx: str, tmpl: Template) -> _State:
-        state = self._load(sandbox_id, ctx)
+    def _known_state(self, sandbox_id: str, ctx: str, tmpl: Template) -> KernelState:
+        state = self.files.load(sandbox_id, ctx)
         if state is not None:
             return state
         if ctx != validate.DEFAULT_CONTEXT:
             raise NotFoundError(f"code context {ctx!r} not found in sandbox {sandbox_id} "
                                 "(create one with create_code_context)")
-        return _State(context=ctx, cwd=tmpl.workdir, key=secrets.token_hex(32))
+        return KernelState(context=ctx, cwd=tmpl.workdir, key=secrets.token_hex(32))
 
     def _drop(self, sandbox_id: str, ctx: str) -> None:
         with self._guard:
@@ -280,7 +222,7 @@ class Kernels:
     def _guest(self, sandbox_id: str) -> GuestClient:
         return GuestClient(self.host.socket(sandbox_id))
 
-    def _running(self, sandbox_id: str, state: _State) -> bool:
+    def _running(self, sandbox_id: str, state: KernelState) -> bool:
         """Is the context's kernel process alive (the guest's table, pid and argv)?"""
         if state.pid is None:
             return False
@@ -292,51 +234,23 @@ class Kernels:
         return any(p["pid"] == state.pid and p["running"] and marker in p["argv"]
                    for p in procs)
 
-    def _stop(self, sandbox_id: str, ctx: str, state: _State) -> None:
+    def _stop(self, sandbox_id: str, ctx: str, state: KernelState) -> None:
         self._drop(sandbox_id, ctx)
         if state.pid is not None and self._running(sandbox_id, state):
             with contextlib.suppress(SandboxError):
                 self._guest(sandbox_id).kill(state.pid, 9)
-        self._remove_files(sandbox_id, state)
+        self.files.remove(sandbox_id, state)
         state.pid = None
         state.prefix = None
 
-    def _remove_files(self, sandbox_id: str, state: _State) -> None:
-        if not state.prefix:
-            return
-        names = [f"{state.prefix}.json", *(f"{state.prefix}-{p}" for p in _PORTS.values())]
-        with contextlib.suppress(OSError):
-            run = confined.open_dir(self._run_dir(sandbox_id))
-            try:
-                for name in names:
-                    with contextlib.suppress(OSError):
-                        confined.unlink_beneath(run, name)
-            finally:
-                os.close(run)
-
-    def _connection(self, state: _State, ip: str) -> dict[str, Any]:
-        return {"transport": "ipc", "ip": ip, "key": state.key,
-                "signature_scheme": "hmac-sha256", "kernel_name": "python3", **_PORTS}
-
     def _start(self, sandbox_id: str, row: SandboxRow, tmpl: Template,
-               state: _State, ready: float = _READY_TIMEOUT) -> _Kernel:
+               state: KernelState, ready: float = _READY_TIMEOUT) -> _Kernel:
         assert tmpl.kernel is not None
         self._drop(sandbox_id, state.context)
         guest = self.host.guest(sandbox_id, row)
-        self._remove_files(sandbox_id, state)
+        self.files.remove(sandbox_id, state)
         state.prefix = f"k{secrets.token_hex(4)}"
-        run = confined.open_dir(self._run_dir(sandbox_id))
-        try:
-            fd = confined.open_beneath(run, f"{state.prefix}.json",
-                                       os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        finally:
-            os.close(run)
-        # The kernel (the sandbox's root) may rewrite it: owned by that user. fchown, never
-        # by path: the sandbox controls this directory and could swap in a link.
-        if self.host.sandbox_owner is not None:
-            os.fchown(fd, self.host.sandbox_owner, self.host.sandbox_owner)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(self._connection(state, f"{GUEST_RUN_DIR}/{state.prefix}"), fh)
+        self.files.write_connection(sandbox_id, state)
         inside = f"{GUEST_RUN_DIR}/{state.prefix}.json"
         argv = [a.replace("{connection_file}", inside) for a in tmpl.kernel["argv"]]
         env = self.host.env(row, None)
@@ -344,16 +258,16 @@ class Kernels:
         try:
             state.pid = guest.start(argv, cwd=state.cwd, env=env, max_output=_KERNEL_LOG)
         except SandboxError as exc:
-            self._remove_files(sandbox_id, state)
+            self.files.remove(sandbox_id, state)
             raise RuntimeUnavailableError(f"could not start the kernel: {exc}") from exc
         state.started_at = time.time()
-        self._save(sandbox_id, state)
+        self.files.save(sandbox_id, state)
         try:
             kernel = self._connect(sandbox_id, state, tmpl, ready_timeout=ready)
         except BaseException as exc:
             detail = self._kernel_log(sandbox_id, state.pid)
             self._stop(sandbox_id, state.context, state)
-            self._save(sandbox_id, state)
+            self.files.save(sandbox_id, state)
             if isinstance(exc, _KernelGone | SandboxError | TimeoutError):
                 raise RuntimeUnavailableError(
                     f"the kernel of context {state.context!r} did not start: {exc}"
@@ -372,7 +286,7 @@ class Kernels:
             return ""
         return (out.stdout + out.stderr).decode(errors="replace").strip()[-3000:]
 
-    def _connect(self, sandbox_id: str, state: _State, tmpl: Template,
+    def _connect(self, sandbox_id: str, state: KernelState, tmpl: Template,
                  ready_timeout: float) -> _Kernel:
         """A bridge to the context's kernel, once it says the kernel answers."""
         assert tmpl.kernel is not None
@@ -432,7 +346,7 @@ class Kernels:
                 self._interrupt(sandbox_id, kernel)
             elif interrupted_at is not None and now > interrupted_at + _INTERRUPT_GRACE:
                 self._stop(sandbox_id, kernel.state.context, kernel.state)
-                self._save(sandbox_id, kernel.state)
+                self.files.save(sandbox_id, kernel.state)
                 out.execution.error = ExecutionError(
                     name="TimeoutError",
                     value=f"execution timed out after {timeout:g} s and the kernel did not "

@@ -6,8 +6,11 @@ import base64
 from typing import Any
 
 import anyio
+import pytest
 from _helpers import stdio_params
 from mcp import Client
+
+pytestmark = pytest.mark.integration
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

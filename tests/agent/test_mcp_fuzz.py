@@ -18,6 +18,8 @@ from _fuzz_corpus import INVALID, PARAMS, Case, build
 from _helpers import RawServer, Uvicorn
 from mcpwire import ACCEPT, INIT
 
+pytestmark = pytest.mark.integration
+
 LEAKS = ("Traceback", 'File "', "internal error", "Internal error")
 BASE = {"ABX_MCP_TEMPLATE": "base"}  # default sandboxes in ~0.1 s; run_code is never served
 

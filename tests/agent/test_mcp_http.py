@@ -19,6 +19,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcpwire import ACCEPT, INIT, rpc_body, rpc_text
 
+pytestmark = pytest.mark.integration
+
 TOKEN = "t0ken-for-tests"
 
 

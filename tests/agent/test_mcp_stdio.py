@@ -15,6 +15,8 @@ import pytest
 from _helpers import RawServer, kill_quietly, sandbox_ids, stdio_params, wait_gone
 from mcp import Client
 
+pytestmark = pytest.mark.integration
+
 MIB = 1024 * 1024
 Body = Callable[[Client], Awaitable[Any]]
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import stat
 
+import pytest
 from conftest import Abx
+
+pytestmark = pytest.mark.integration
 
 KEY = "sk-config-0123456789abcdef"
 

@@ -13,6 +13,8 @@ import httpx2 as httpx
 import pytest
 from conftest import Abx
 
+pytestmark = pytest.mark.integration
+
 yaml = pytest.importorskip("yaml")
 KEY = "sk-deploy-key-0123456789"
 

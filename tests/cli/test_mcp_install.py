@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from conftest import ABX, Abx
 
+pytestmark = pytest.mark.integration
+
 TARGETS = ["cursor", "claude", "vscode", "windsurf", "claude-code", "codex", "gemini"]
 KEY = "sk-test-key-0123456789abcdef"
 

@@ -9,8 +9,11 @@ import subprocess
 from pathlib import Path
 
 import httpx2 as httpx
+import pytest
 from conftest import ABX, Abx
 from mcpwire import ACCEPT, INIT, rpc_body
+
+pytestmark = pytest.mark.integration
 
 
 def free_port() -> int:

@@ -13,6 +13,8 @@ from conftest import Abx
 
 from agent_sandbox.runtime.rootfs import mounts_under
 
+pytestmark = pytest.mark.integration
+
 BUSYBOX = shutil.which("busybox")
 
 

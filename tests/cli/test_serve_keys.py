@@ -18,6 +18,8 @@ import pytest
 
 from agent_sandbox.server.process import free_port
 
+pytestmark = pytest.mark.integration
+
 # Not imported from conftest: another directory's conftest may own that module name
 # when several test directories are collected in one run.
 ABX = Path(sys.executable).parent / "abx"

@@ -16,6 +16,8 @@ import pytest
 from agent_sandbox import Sandbox
 from agent_sandbox.errors import NotFoundError
 
+pytestmark = pytest.mark.integration
+
 TEMPLATE = "code-interpreter-v1"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

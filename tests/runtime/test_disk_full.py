@@ -25,7 +25,7 @@ from agent_sandbox.runtime import syscalls
 from agent_sandbox.runtime.config import EngineConfig
 from agent_sandbox.runtime.engine import Engine
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 MB = 1 << 20
 HOST_MB = 640

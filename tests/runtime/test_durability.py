@@ -27,6 +27,8 @@ from agent_sandbox.errors import NotFoundError
 from agent_sandbox.providers.local import local_provider
 from agent_sandbox.runtime.engine import Engine
 
+pytestmark = pytest.mark.integration
+
 CHILD = str(Path(__file__).with_name("_durability_child.py"))
 BIG = "/workspace/big.bin"
 # Seconds into the step: from before it starts to after most of it is done.

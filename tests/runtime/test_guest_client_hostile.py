@@ -25,6 +25,8 @@ from agent_sandbox.guest import protocol as proto
 from agent_sandbox.runtime import guest_client
 from agent_sandbox.runtime.guest_client import GuestClient, GuestProtocolError
 
+pytestmark = pytest.mark.integration
+
 Reply = Callable[[socket.socket, dict], None]
 
 

@@ -24,6 +24,8 @@ import pytest
 
 from agent_sandbox import Sandbox
 
+pytestmark = pytest.mark.integration
+
 HOST_ID_BASE = 100000
 
 

@@ -24,6 +24,8 @@ from agent_sandbox import Sandbox
 from agent_sandbox.errors import NotFoundError, SandboxError
 from agent_sandbox.models import Execution
 
+pytestmark = pytest.mark.integration
+
 TEMPLATE = "code-interpreter-v1"
 CELL_CAP = 32 << 20  # kernel_cell.MAX_CELL_OUTPUT
 RSS_GROWTH = 400 << 20  # what one flooded call may cost the host, generously

@@ -12,6 +12,8 @@ import pytest
 
 from agent_sandbox import Sandbox
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def host_listener() -> Iterator[int]:

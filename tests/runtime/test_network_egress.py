@@ -27,8 +27,8 @@ from agent_sandbox.errors import RuntimeUnavailableError
 from agent_sandbox.providers.local import local_provider
 from agent_sandbox.runtime import egress
 
-pytestmark = pytest.mark.skipif(shutil.which("slirp4netns") is None,
-                                reason="slirp4netns not installed")
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(shutil.which("slirp4netns") is None,
+                                reason="slirp4netns not installed")]
 
 ECONNREFUSED, EPERM, EHOSTUNREACH = 111, 1, 113
 FAST = 1.0  # seconds: a refusal is immediate, never a timeout

@@ -14,6 +14,8 @@ import pytest
 from agent_sandbox import Sandbox
 from agent_sandbox.providers.local import local_provider
 
+pytestmark = pytest.mark.integration
+
 _CREATE_AND_DIE = textwrap.dedent("""
     import json, os, sys, time
     from agent_sandbox import Sandbox

@@ -18,6 +18,8 @@ import rootless_battery
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+pytestmark = pytest.mark.integration
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 

@@ -9,8 +9,12 @@ import stat
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from agent_sandbox import Sandbox
 from agent_sandbox.server.keys import KeyStore
+
+pytestmark = pytest.mark.integration
 
 
 def _private(path: Path) -> bool:

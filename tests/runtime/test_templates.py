@@ -27,10 +27,10 @@ from agent_sandbox.runtime.templates import TemplateStore
 _BUSYBOX = Path("/bin/busybox")
 _APPLETS = ("sh", "ls", "cat", "echo", "pwd", "test", "tr", "id", "stat")
 
-pytestmark = pytest.mark.skipif(not _BUSYBOX.exists() or
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(not _BUSYBOX.exists() or
                                 subprocess.run([str(_BUSYBOX), "--help"],
                                                capture_output=True).returncode != 0,
-                                reason="needs a static busybox (apt-get install busybox-static)")
+                                reason="needs a static busybox (apt-get install busybox-static)")]
 
 
 # ---- fixtures: rootfs trees ------------------------------------------------------------

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from agent_sandbox import Sandbox
+
+pytestmark = pytest.mark.integration
 
 _FILL = """
 import json, os, sys

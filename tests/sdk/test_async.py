@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from agent_sandbox import AsyncSandbox
+
+pytestmark = pytest.mark.integration
 
 
 def test_async_sandbox_end_to_end() -> None:

@@ -14,6 +14,8 @@ from agent_sandbox import AsyncSandbox, Sandbox
 from agent_sandbox.errors import InvalidArgumentError, NotFoundError, WrongStateError
 from agent_sandbox.models import Result
 
+pytestmark = pytest.mark.integration
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 

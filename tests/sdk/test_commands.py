@@ -10,6 +10,8 @@ import pytest
 from agent_sandbox import Sandbox
 from agent_sandbox.errors import InvalidArgumentError
 
+pytestmark = pytest.mark.integration
+
 
 def test_cwd_envs_and_stdin(sandbox: Sandbox) -> None:
     sandbox.files.make_dir("/workspace/sub")

@@ -11,6 +11,8 @@ import pytest
 from agent_sandbox import Sandbox
 from agent_sandbox.errors import InvalidArgumentError, NotFoundError
 
+pytestmark = pytest.mark.integration
+
 
 def test_text_bytes_mode_and_listing(sandbox: Sandbox) -> None:
     files = sandbox.files

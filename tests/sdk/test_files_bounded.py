@@ -11,6 +11,8 @@ import pytest
 from agent_sandbox import Sandbox
 from agent_sandbox.errors import InvalidArgumentError
 
+pytestmark = pytest.mark.integration
+
 
 def test_endless_file_is_refused_not_buffered(sandbox: Sandbox) -> None:
     sandbox.commands.run("ln -sf /dev/zero /workspace/zero")

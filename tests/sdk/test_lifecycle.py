@@ -10,6 +10,8 @@ import pytest
 from agent_sandbox import Sandbox
 from agent_sandbox.errors import InvalidArgumentError, NotFoundError, WrongStateError
 
+pytestmark = pytest.mark.integration
+
 
 def test_create_run_files_pause_resume_reset_kill() -> None:
     sb = Sandbox.create(metadata={"purpose": "lifecycle"})

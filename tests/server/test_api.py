@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from _gw import Gateway
+
+pytestmark = pytest.mark.integration
 
 
 def test_error_shape_and_statuses(gw: Gateway, sandbox_a: str) -> None:

@@ -17,6 +17,8 @@ from agent_sandbox.server.keys import KeyStore
 from agent_sandbox.server.process import GatewayProcess
 from agent_sandbox.server.serve import check_bind, is_loopback
 
+pytestmark = pytest.mark.integration
+
 
 def test_missing_or_unknown_key_is_401(gw: Gateway) -> None:
     with gw.http() as http:

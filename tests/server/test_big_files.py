@@ -22,7 +22,7 @@ SIZE = 1 << 30
 CHUNK = 1 << 20
 MAX_GROWTH_MB = 200  # far below the file's 1024 MiB: nothing holds it whole
 PATH = "/workspace/big.bin"
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def _status_kb(pid: int | str, field: str) -> int:

@@ -13,6 +13,8 @@ from _gw import Gateway
 
 from agent_sandbox.providers.remote import RemoteProvider
 
+pytestmark = pytest.mark.integration
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 

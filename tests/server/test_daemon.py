@@ -31,6 +31,8 @@ from mcp.client.stdio import StdioServerParameters
 
 from agent_sandbox.errors import RuntimeUnavailableError
 
+pytestmark = pytest.mark.integration
+
 GROUP = "abx"
 ABX = Path(sys.executable).parent / "abx"
 

@@ -11,6 +11,7 @@ import re
 import time
 from typing import Any
 
+import pytest
 import schemathesis
 from _gw import Gateway
 from hypothesis import HealthCheck, Phase, given, settings
@@ -33,6 +34,8 @@ from agent_sandbox.server.schemas import (
     SANDBOX_ID_PATTERN,
     TEMPLATE_NAME_PATTERN,
 )
+
+pytestmark = pytest.mark.integration
 
 # ABX_FUZZ_SECONDS=600 for a longer soak.
 BUDGET_SECONDS = float(os.environ.get("ABX_FUZZ_SECONDS", "55"))

@@ -7,10 +7,13 @@ import signal
 import threading
 import time
 
+import pytest
 from _gw import Gateway
 
 from agent_sandbox.providers.remote import RemoteProvider
 from agent_sandbox.server.process import GatewayProcess
+
+pytestmark = pytest.mark.integration
 
 
 def _ticks(provider: RemoteProvider, sandbox_id: str) -> int:

@@ -8,7 +8,10 @@ import secrets
 import time
 from pathlib import Path
 
+import pytest
 from _gw import Gateway
+
+pytestmark = pytest.mark.integration
 
 
 def test_planted_links_through_the_gateway(gw: Gateway, sandbox_a: str) -> None:

@@ -16,7 +16,7 @@ from mcp.client.stdio import StdioServerParameters
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # The MCP server's default template is code-interpreter-v1: built before the first call.
-pytestmark = pytest.mark.usefixtures("code_template")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("code_template")]
 
 
 def _params(gw: Gateway, who: str) -> StdioServerParameters:

@@ -11,6 +11,8 @@ from _gw import Gateway
 from agent_sandbox.errors import ResourceExhaustedError
 from agent_sandbox.providers.remote import RemoteProvider
 
+pytestmark = pytest.mark.integration
+
 
 def test_sandbox_quota(gw: Gateway) -> None:
     _, token = gw.keys.create("one-box", max_sandboxes=1)

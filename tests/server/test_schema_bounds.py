@@ -27,6 +27,8 @@ from agent_sandbox.runtime import validate
 from agent_sandbox.runtime.engine import Engine
 from agent_sandbox.server import schemas as s
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def engine() -> Engine:

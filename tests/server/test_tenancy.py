@@ -7,6 +7,8 @@ from _gw import Gateway
 
 from agent_sandbox.errors import NotFoundError
 
+pytestmark = pytest.mark.integration
+
 
 def test_other_key_cannot_read_list_exec_or_delete(gw: Gateway, sandbox_a: str) -> None:
     a, b = gw.provider("a"), gw.provider("b")
