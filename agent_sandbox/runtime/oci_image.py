@@ -33,8 +33,8 @@ _MAX_JSON = 8 << 20
 _MAX_LINK_HOPS = 40
 _WHITEOUT = ".wh."
 _OPAQUE = ".wh..wh..opq"
-_DIGEST_RE = re.compile(r"^(sha256|sha512):([a-f0-9]{64}|[a-f0-9]{128})$")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DIGEST_RE = re.compile(r"^(sha256|sha512):([a-f0-9]{64}|[a-f0-9]{128})\Z")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
                 "application/vnd.docker.distribution.manifest.list.v2+json")
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"

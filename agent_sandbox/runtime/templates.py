@@ -32,8 +32,8 @@ from agent_sandbox.runtime import oci_image
 from agent_sandbox.runtime.oci_image import ProgressFn, resolve_in_root
 
 BASE = "base"
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}\Z")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 @dataclass
@@ -256,7 +256,7 @@ class TemplateStore:
         self._base = self._assemble_base(self.root / BASE)
 
 
-_COMMAND_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_COMMAND_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 
 
 def _check_env(env: Any) -> dict[str, str]:

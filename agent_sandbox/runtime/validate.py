@@ -8,9 +8,9 @@ from typing import Any
 from agent_sandbox.errors import InvalidArgumentError
 from agent_sandbox.models import CodeContext
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SANDBOX_ID = re.compile(r"^sbx-[a-z0-9]{10}$")
-_CODE_CONTEXT = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+_SANDBOX_ID = re.compile(r"^sbx-[a-z0-9]{10}\Z")
+_CODE_CONTEXT = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}\Z")
 DEFAULT_CONTEXT = "default"
 
 
