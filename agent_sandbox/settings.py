@@ -83,12 +83,12 @@ class Settings(BaseSettings):
     engine: EngineKind = _var(
         "ABX_ENGINE", "Force the engine: `embedded` (root), `rootless`, `daemon` or `remote`; "
         "`auto` chooses (docs/daemon.md).", default="auto")
-    sandbox_base_url: str = _var(
-        "ABX_SANDBOX_BASE_URL", "A remote gateway (`http(s)://host:port`) or a daemon socket "
-        "(`unix:///path`); unset: this host's engine.", config_key="base_url", default="")
     sandbox_api_key: str = _var(
         "ABX_SANDBOX_API_KEY", "API key sent to the remote gateway.",
         config_key="sandbox_api_key", secret=True, default="")
+    sandbox_base_url: str = _var(
+        "ABX_SANDBOX_BASE_URL", "A remote gateway (`http(s)://host:port`) or a daemon socket "
+        "(`unix:///path`); unset: this host's engine.", config_key="base_url", default="")
     sandbox_region: str = _var(
         "SANDBOX_REGION", "Region of the remote gateway (passed on to MCP client configs and "
         "deployments).", config_key="region", default="")
@@ -256,18 +256,28 @@ def describe(exc: ValidationError) -> str:
     return "invalid setting: " + "; ".join(lines)
 
 
+def extra_of(field: str) -> dict[str, Any]:
+    """The documentation marks of a field (``shown_default``, ``config_key``, ``secret``)."""
+    extra = Settings.model_fields[field].json_schema_extra
+    return extra if isinstance(extra, dict) else {}
+
+
+def shown_default(field: str) -> str:
+    """A field's default as the docs say it."""
+    shown = extra_of(field).get("shown_default")
+    if isinstance(shown, str):
+        return shown
+    default = Settings.model_fields[field].get_default(call_default_factory=True)
+    if isinstance(default, tuple):
+        default = ",".join(default)
+    return f"`{default}`" if default not in ("", None) else "unset"
+
+
 def markdown_table() -> str:
     """The variables as the Markdown table of docs/configuration.md."""
     rows = ["| Variable | Meaning | Default |", "| --- | --- | --- |"]
     for name, field in Settings.model_fields.items():
-        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-        shown = extra.get("shown_default")
-        if shown is None:
-            default = field.get_default(call_default_factory=True)
-            if isinstance(default, tuple):
-                default = ",".join(default)
-            shown = f"`{default}`" if default not in ("", None) else "unset"
-        rows.append(f"| `{env_name(name)}` | {field.description} | {shown} |")
+        rows.append(f"| `{env_name(name)}` | {field.description} | {shown_default(name)} |")
     return "\n".join(rows) + "\n"
 
 
