@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterable
 
+from agent_sandbox.settings import Settings
 
-def auth_configured() -> bool:
-    return "ABX_MCP_AUTH_TOKEN" in os.environ or "ABX_MCP_AUTH_TOKEN_FILE" in os.environ
+
+def auth_configured(settings: Settings) -> bool:
+    return settings.mcp_auth_token is not None or settings.mcp_auth_token_file is not None
 
 
 def print_banner(*, transport: str, protocol: str, template: str, tools: Iterable[str],

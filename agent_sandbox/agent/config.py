@@ -1,36 +1,25 @@
-"""Settings of the MCP server, read from ``ABX_MCP_*`` environment variables."""
+"""Settings of the MCP server: its part of ``agent_sandbox.settings.Settings``."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from agent_sandbox.settings import Settings
 
 CODE_TEMPLATE = "code-interpreter-v1"  # base plus Python with a Jupyter kernel
 # An IDE's local STDIO server is for one agent that wants a notebook; a shared HTTP server
 # starts plain sandboxes (run_code still gets a kernel sandbox when it needs one).
 DEFAULT_TEMPLATES = {"stdio": CODE_TEMPLATE, "http": "base"}
 DEFAULT_TEMPLATE = DEFAULT_TEMPLATES["stdio"]
-DEFAULT_OUTPUT_BUDGET = 100 * 1024
-DEFAULT_MAX_CONCURRENCY = 32
+DEFAULT_OUTPUT_BUDGET: int = Settings.model_fields["mcp_output_budget"].default
+DEFAULT_MAX_CONCURRENCY: int = Settings.model_fields["mcp_max_concurrency"].default
 STDIO_MAX_MESSAGE = 8 * 1024 * 1024
-
-
-def _int_env(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SystemExit(f"{name} must be a whole number, got {raw!r}") from None
-    if value <= 0:
-        raise SystemExit(f"{name} must be > 0, got {value}")
-    return value
+WARM_POOL_SIZE = 2
 
 
 def default_audit_path() -> Path:
-    return Path(os.path.expanduser("~/.abx/run/audit.log"))
+    return Path(Settings.model_fields["mcp_audit_log"].get_default(call_default_factory=True))
 
 
 @dataclass
@@ -43,21 +32,24 @@ class AgentConfig:
     audit_log: Path | None = field(default_factory=default_audit_path)
 
     @classmethod
-    def from_env(cls, transport: str = "stdio") -> AgentConfig:
-        audit = os.environ.get("ABX_MCP_AUDIT_LOG")
+    def from_settings(cls, settings: Settings | None = None,
+                      transport: str = "stdio") -> AgentConfig:
+        settings = settings or Settings()
         return cls(
-            template=os.environ.get("ABX_MCP_TEMPLATE", "").strip()
-            or DEFAULT_TEMPLATES.get(transport, DEFAULT_TEMPLATE),
-            output_budget=_int_env("ABX_MCP_OUTPUT_BUDGET", DEFAULT_OUTPUT_BUDGET),
-            max_concurrency=_int_env("ABX_MCP_MAX_CONCURRENCY", DEFAULT_MAX_CONCURRENCY),
-            tools=os.environ.get("ABX_MCP_TOOLS") or None,
-            # An empty ABX_MCP_AUDIT_LOG turns auditing off.
-            audit_log=default_audit_path() if audit is None else (Path(audit) if audit else None),
+            template=settings.mcp_template or DEFAULT_TEMPLATES.get(transport, DEFAULT_TEMPLATE),
+            output_budget=settings.mcp_output_budget,
+            max_concurrency=settings.mcp_max_concurrency,
+            tools=settings.mcp_tools,
+            audit_log=settings.mcp_audit_log,  # None: auditing off
         )
 
 
-def warm_pool_for(template: str) -> None:
-    """A long-lived server keeps warm sandboxes of the template it creates (set before the
-    engine starts; an explicit ABX_POOL_SIZE / ABX_POOL_TEMPLATES wins)."""
-    os.environ.setdefault("ABX_POOL_SIZE", "2")
-    os.environ.setdefault("ABX_POOL_TEMPLATES", template)
+def with_warm_pool(settings: Settings, template: str) -> Settings:
+    """A long-lived server keeps warm sandboxes of the template it creates (an explicit
+    ABX_POOL_SIZE / ABX_POOL_TEMPLATES wins)."""
+    update: dict[str, object] = {}
+    if "pool_size" not in settings.model_fields_set:
+        update["pool_size"] = WARM_POOL_SIZE
+    if "pool_templates" not in settings.model_fields_set:
+        update["pool_templates"] = (template,)
+    return settings.model_copy(update=update)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hmac
 import json
-import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from urllib.parse import urlsplit
 import anyio
 
 from agent_sandbox.agent import wire_guard
+from agent_sandbox.settings import Settings
 
 Scope = dict[str, Any]
 ASGIApp = Callable[..., Any]
@@ -22,11 +22,11 @@ LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
 _CHECK_IN_THREAD = 256 * 1024
 
 
-def load_token() -> str | None:
+def load_token(settings: Settings) -> str | None:
     """The bearer token; "" (set but empty) means deny everything. None: no auth."""
-    if "ABX_MCP_AUTH_TOKEN" in os.environ:
-        return os.environ["ABX_MCP_AUTH_TOKEN"].strip()
-    path = os.environ.get("ABX_MCP_AUTH_TOKEN_FILE")
+    if settings.mcp_auth_token is not None:
+        return settings.mcp_auth_token
+    path = settings.mcp_auth_token_file
     if path is not None:
         try:
             return Path(path).read_text().strip()
@@ -35,9 +35,8 @@ def load_token() -> str | None:
     return None
 
 
-def allowed_origins() -> set[str]:
-    raw = os.environ.get("ABX_MCP_ALLOWED_ORIGINS", "")
-    return {o.strip().rstrip("/") for o in raw.split(",") if o.strip()}
+def allowed_origins(settings: Settings) -> set[str]:
+    return {o.rstrip("/") for o in settings.mcp_allowed_origins}
 
 
 def origin_ok(origin: str | None, extra: set[str]) -> bool:

@@ -7,7 +7,6 @@ on stdin, SIGTERM or SIGINT) every non-persistent sandbox it created is destroye
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 from typing import Any
@@ -16,9 +15,11 @@ import anyio
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from agent_sandbox.agent.banner import auth_configured, print_banner
-from agent_sandbox.agent.config import AgentConfig, warm_pool_for
+from agent_sandbox.agent.config import AgentConfig, with_warm_pool
 from agent_sandbox.agent.server import AgentServer, create_mcp_app
 from agent_sandbox.agent.stdio import STDIO_DEFAULT_VERSION, bounded_stdio
+from agent_sandbox.providers.select import use_settings
+from agent_sandbox.settings import Settings, SettingsError
 
 log = logging.getLogger("agent_sandbox.agent")
 
@@ -63,10 +64,16 @@ def _drain_pool() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=os.environ.get("ABX_LOG_LEVEL", "WARNING").upper(),
-                        stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    config = AgentConfig.from_env()
-    warm_pool_for(config.template)
+    try:
+        settings = Settings()  # the one read of the environment in this process
+    except SettingsError as exc:
+        print(f"agent-sandbox MCP: {exc.message}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = AgentConfig.from_settings(settings)
+    # The sandboxes the tools create (through the SDK) come from an engine made with these.
+    use_settings(with_warm_pool(settings, config.template))
     try:
         server = create_mcp_app(config=config, transport="stdio")
     except Exception as exc:  # noqa: BLE001 - e.g. a bad ABX_MCP_TOOLS
@@ -79,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         template=config.template,
         tools=server.runtime.tools,
         auth="none on stdio (the client owns the process); ABX_MCP_AUTH_TOKEN "
-             + ("is set" if auth_configured() else "not set"),
+             + ("is set" if auth_configured(settings) else "not set"),
         stop="close stdin (EOF), or SIGTERM / Ctrl-C",
     )
     kw: dict[str, Any] = {}

@@ -20,7 +20,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 
 from agent_sandbox.agent.banner import print_banner
-from agent_sandbox.agent.config import STDIO_MAX_MESSAGE, AgentConfig, _int_env, warm_pool_for
+from agent_sandbox.agent.config import STDIO_MAX_MESSAGE, AgentConfig, with_warm_pool
 from agent_sandbox.agent.http_guard import (
     allowed_origins,
     exposure_problem,
@@ -33,6 +33,8 @@ from agent_sandbox.agent.http_guard import (
     uvicorn_bind_hosts,
 )
 from agent_sandbox.agent.server import AgentServer, _version, create_mcp_app
+from agent_sandbox.providers.select import use_settings
+from agent_sandbox.settings import Settings, SettingsError
 
 log = logging.getLogger("agent_sandbox.agent")
 
@@ -46,21 +48,22 @@ MCP_PATH = "/mcp"
 
 
 class MCPHttpApp:
-    def __init__(self) -> None:
-        self.config = AgentConfig.from_env("http")
-        warm_pool_for(self.config.template)
+    def __init__(self, settings: Settings) -> None:
+        self.config = AgentConfig.from_settings(settings, "http")
+        # The sandboxes the tools create (through the SDK) come from an engine made with these.
+        use_settings(with_warm_pool(settings, self.config.template))
         self.server: AgentServer = create_mcp_app(config=self.config, transport="http")
         # The sessionless 2026-07-28 era has no session to own sandboxes or to end them:
         # answering discover with "method not found" makes a modern client fall back to
         # the handshake, so every HTTP client gets a session of its own.
         self.server.add_request_handler("server/discover", types.RequestParams,
                                         _no_sessionless_era)
-        self.token = load_token()
-        self.origins = allowed_origins()
+        self.token = load_token(settings)
+        self.origins = allowed_origins(settings)
         self.inner = self.server.streamable_http_app(
             streamable_http_path=MCP_PATH,
-            session_idle_timeout=float(_int_env("ABX_MCP_SESSION_TTL", 3600)),
-            max_sessions=_int_env("ABX_MCP_MAX_SESSIONS", 100),
+            session_idle_timeout=float(settings.mcp_session_ttl),
+            max_sessions=settings.mcp_max_sessions,
             # Origins are checked here (403 with our allowlist); Host pinning would break
             # reverse proxies, and auth is the real gate.
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
@@ -159,9 +162,12 @@ class MCPHttpApp:
 
 
 def _build() -> MCPHttpApp:
-    logging.basicConfig(level=os.environ.get("ABX_LOG_LEVEL", "WARNING").upper(),
-                        stream=sys.stderr)
-    return MCPHttpApp()
+    try:
+        settings = Settings()  # the one read of the environment in this process
+    except SettingsError as exc:
+        raise SystemExit(f"agent-sandbox MCP: {exc.message}") from None
+    logging.basicConfig(level=settings.log_level, stream=sys.stderr)
+    return MCPHttpApp(settings)
 
 
 asgi_app = _build()

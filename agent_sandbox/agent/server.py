@@ -117,7 +117,7 @@ def create_mcp_app(template: str | None = None, tools: str | Sequence[str] | Non
                    config: AgentConfig | None = None, transport: str = "stdio",
                    audit: AuditLog | None = None) -> AgentServer:
     """Build the MCP server. ``template``/``tools`` override the ``ABX_MCP_*`` settings."""
-    config = config or AgentConfig.from_env()
+    config = config or AgentConfig.from_settings()
     if template:
         config.template = template
     if tools is not None:

@@ -8,7 +8,16 @@ import typer
 from rich.table import Table
 
 from agent_sandbox.cli.output import CliError, console, err_console, mask, print_json, want_json
-from agent_sandbox.cli.settings import KEYS, config_path, key_of, read_config, resolve, write_config
+from agent_sandbox.cli.settings import (
+    KEYS,
+    cli_settings,
+    config_path,
+    key_of,
+    read_config,
+    resolve,
+    write_config,
+)
+from agent_sandbox.settings import Settings, env_name, extra_of, shown_default
 
 app = typer.Typer(help="Settings and credentials, kept in ~/.abx/config (mode 0600).",
                   no_args_is_help=True)
@@ -66,6 +75,33 @@ def list_(json_out: JsonOpt = False) -> None:
         table.add_row(row["key"], row["value"] or "-", row["source"] or "-", row["env"])
     console.print(table)
     console.print(f"file: {config_path()}  (order: environment > ./.env > file)", style="dim")
+
+
+@app.command("vars", epilog="Example: abx config vars --json")
+def vars_(json_out: JsonOpt = False) -> None:
+    """Every environment variable abx reads: its value in this run (secrets masked; from the
+    environment, or ./.env and ~/.abx/config for the keys above), default and meaning."""
+    settings = cli_settings()
+    rows = []
+    for name, field in Settings.model_fields.items():
+        value = getattr(settings, name)
+        shown = ",".join(value) if isinstance(value, tuple) else \
+            None if value is None else str(value)
+        if extra_of(name).get("secret") and shown:
+            shown = mask(shown)
+        rows.append({"env": env_name(name), "value": shown,
+                     "set": name in settings.model_fields_set,
+                     "default": shown_default(name), "meaning": field.description})
+    if want_json(json_out):
+        print_json({"variables": rows})
+        return
+    table = Table("variable", "value", "default", "meaning")
+    for row in rows:
+        table.add_row(row["env"], (row["value"] or "-") if row["set"] else "-",
+                      row["default"], row["meaning"])
+    console.print(table)
+    console.print("- : not set (the default applies); docs/configuration.md lists the same",
+                  style="dim")
 
 
 @app.command(epilog="Example: abx config unset region")

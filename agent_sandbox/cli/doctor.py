@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from agent_sandbox.cli.output import console, print_json, want_json
+from agent_sandbox.cli.settings import cli_settings
 
 NAMESPACES = ("mnt", "pid", "ipc", "uts", "net", "user", "cgroup")
 CONTROLLERS = ("cpu", "memory", "pids")
@@ -41,7 +42,7 @@ def check_engine() -> Check:
     """Which engine this process would use (``ABX_ENGINE``, the daemon, root or rootless)."""
     from agent_sandbox.providers.engine_choice import choose_engine
 
-    choice = choose_engine()
+    choice = choose_engine(cli_settings())
     if choice.kind is None:
         return Check("engine", False, choice.error or choice.reason,
                      "see docs/daemon.md (which engine a process uses)")
@@ -61,7 +62,7 @@ def check_root() -> Check:
         from agent_sandbox.providers.engine_choice import choose_engine
 
         # Only a warning for a user served by the daemon or a gateway: no local engine runs.
-        served = choose_engine().kind in ("daemon", "remote")
+        served = choose_engine(cli_settings()).kind in ("daemon", "remote")
         return Check("engine mode", False, f"uid {os.geteuid()}: the rootless engine cannot "
                      f"run: {problem}", "enable unprivileged user namespaces, or run as root",
                      required=not served)
@@ -201,9 +202,7 @@ def check_tool(binary: str, package: str, why: str, required: bool) -> Check:
 
 
 def check_data_dir() -> Check:
-    from agent_sandbox.runtime.config import default_data_dir
-
-    path = default_data_dir()
+    path = cli_settings().data_dir
     if path.exists():
         ok = os.access(path, os.W_OK | os.X_OK)
         fix = f"chown root {path} && chmod 711 {path}" if not _rootless() else \
@@ -218,9 +217,10 @@ def check_data_dir() -> Check:
 
 def check_disk_headroom() -> Check:
     """Free space where sandboxes live, against the reserve creates keep."""
-    from agent_sandbox.runtime.config import EngineConfig, default_data_dir
+    from agent_sandbox.runtime.config import EngineConfig
 
-    path = next(p for p in (default_data_dir(), *default_data_dir().parents) if p.exists())
+    data_dir = cli_settings().data_dir
+    path = next(p for p in (data_dir, *data_dir.parents) if p.exists())
     free_mb = shutil.disk_usage(path).free >> 20
     reserve_mb = EngineConfig().host_reserve_mb
     ok = free_mb >= reserve_mb + 1024
@@ -233,14 +233,14 @@ def check_disk_headroom() -> Check:
 def check_templates() -> Check:
     """The templates of the engine this user really gets (a daemon's or gateway's too)."""
     from agent_sandbox.providers.select import current_engine, default_provider
-    from agent_sandbox.runtime.config import default_data_dir
 
-    local = current_engine().kind in ("embedded", "rootless")
-    if local and not default_data_dir().exists():
+    settings = cli_settings()
+    local = current_engine(settings).kind in ("embedded", "rootless")
+    if local and not settings.data_dir.exists():
         return Check("templates", True, "none yet (the built-in 'base' appears on first use)",
                      required=False)
     try:
-        names = [t.name for t in default_provider().list_templates()]
+        names = [t.name for t in default_provider(settings).list_templates()]
     except Exception as exc:  # noqa: BLE001 - report, do not crash
         return Check("templates", False, f"cannot open the engine: {exc}",
                      "fix the failures above, then run `abx doctor` again")

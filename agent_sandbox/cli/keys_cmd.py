@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from agent_sandbox.cli.output import console, err_console, print_json, want_json
+from agent_sandbox.cli.settings import cli_settings
 
 app = typer.Typer(help="API keys of the gateway (`abx serve`): create, list, revoke.",
                   no_args_is_help=True)
@@ -26,7 +27,7 @@ def create(
     admin: Annotated[bool, typer.Option("--admin", help="May see and manage every tenant's "
                                         "sandboxes, and read /metrics.")] = False,
     max_sandboxes: Annotated[int | None, typer.Option(
-        help="Live sandboxes at once (default $ABX_GATEWAY_MAX_SANDBOXES or 50).")] = None,
+        help="Live sandboxes at once (default $ABX_GATEWAY_MAX_SANDBOXES, else 50).")] = None,
     max_commands: Annotated[int | None, typer.Option(
         help="Concurrent commands (default $ABX_GATEWAY_MAX_COMMANDS or 32).")] = None,
     api_keys_file: KeysFile = None,
@@ -36,7 +37,8 @@ def create(
     from agent_sandbox.server.cli import keys_create
 
     key = keys_create(name, admin=admin, max_sandboxes=max_sandboxes,
-                      max_commands=max_commands, api_keys_file=api_keys_file)
+                      max_commands=max_commands, api_keys_file=api_keys_file,
+                      settings=cli_settings())
     if want_json(json_out):
         print_json(key)
         return
@@ -53,7 +55,7 @@ def list_(api_keys_file: KeysFile = None, json_out: JsonOpt = False) -> None:
     """List keys (never their secrets)."""
     from agent_sandbox.server.cli import keys_list
 
-    keys = keys_list(api_keys_file)
+    keys = keys_list(api_keys_file, cli_settings())
     if want_json(json_out):
         print_json(keys)
         return
@@ -75,7 +77,7 @@ def revoke(key: Annotated[str, typer.Argument(help="Key id (or name).")],
     """Revoke a key: a running gateway refuses it (401) from its next request on."""
     from agent_sandbox.server.cli import keys_revoke
 
-    out = keys_revoke(key, api_keys_file)
+    out = keys_revoke(key, api_keys_file, cli_settings())
     if want_json(json_out):
         print_json(out)
     else:

@@ -9,6 +9,7 @@ import typer
 
 from agent_sandbox.cli import config_cmd, mcp_cmd
 from agent_sandbox.cli.output import EXIT_FAILURE, EXIT_USAGE, CliError, set_global_json
+from agent_sandbox.cli.settings import cli_settings
 
 
 class _App(typer.Typer):
@@ -48,6 +49,7 @@ app = _App(
 def _root(json_out: Annotated[bool, typer.Option("--json", help="JSON output for every "
                                                  "command that has it.")] = False) -> None:
     set_global_json(json_out)
+    cli_settings()  # read the environment (and ./.env, ~/.abx/config) once, here
 
 
 app.add_typer(mcp_cmd.app, name="mcp")

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
+from agent_sandbox.agent.banner import auth_configured
 from agent_sandbox.cli import mcp_install, mcp_server, runstate
 from agent_sandbox.cli.clients import SERVER_NAME, TARGETS
 from agent_sandbox.cli.output import console, note, print_json, want_json
-from agent_sandbox.cli.settings import resolve
+from agent_sandbox.cli.settings import cli_settings
 
 app = typer.Typer(help="The MCP server: install it into AI clients, run it, stop it, deploy it.",
                   no_args_is_help=True)
@@ -68,19 +68,19 @@ def _status() -> dict[str, Any]:
     from agent_sandbox.errors import SandboxError
 
     rec = runstate.running_record()
-    spec = os.environ.get("ABX_MCP_TOOLS") or resolve("mcp_tools").value
+    settings = cli_settings()
+    spec = settings.mcp_tools
     try:
         tools = [t.name for t in resolve_allowlist(spec)]
     except SandboxError as exc:
         tools = [f"<invalid ABX_MCP_TOOLS: {exc.message}>"]
-    auth = ("ABX_MCP_AUTH_TOKEN" in os.environ or "ABX_MCP_AUTH_TOKEN_FILE" in os.environ
-            or bool(rec and rec.get("auth")))
+    auth = auth_configured(settings) or bool(rec and rec.get("auth"))
     data: dict[str, Any] = {
         "server": SERVER_NAME,
         "transport": rec.get("transport", "stdio") if rec else "stdio",
         "tools": tools,
         "auth_configured": auth,
-        "api_key_configured": resolve("sandbox_api_key").value is not None,
+        "api_key_configured": bool(settings.sandbox_api_key),
         **mcp_install.installed_flags(),
         "mcp_running": rec is not None,
         "pid": rec["pid"] if rec else None,

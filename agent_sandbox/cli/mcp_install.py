@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from agent_sandbox.cli.clients import SERVER_NAME, TARGETS, Target, launch_command, target
 from agent_sandbox.cli.merge import merge_write, read_entry
-from agent_sandbox.cli.settings import resolve
+from agent_sandbox.cli.settings import env_settings, resolve
+from agent_sandbox.settings import env_name
 
 # Written only when set in this process's environment (not from .env or ~/.abx).
-PASSTHROUGH_ENV = ("ABX_SANDBOX_BASE_URL", "SANDBOX_REGION")
+PASSTHROUGH_ENV = ("sandbox_base_url", "sandbox_region")
 
 
 def build_entry(t: Target, scope: str) -> dict[str, Any]:
@@ -21,9 +21,8 @@ def build_entry(t: Target, scope: str) -> dict[str, Any]:
         key = resolve("sandbox_api_key").value
         if key:
             env["ABX_SANDBOX_API_KEY"] = key
-    for name in PASSTHROUGH_ENV:
-        value = os.environ.get(name, "").strip()
-        if value:
+    for name, value in env_settings().to_env().items():
+        if value and name in {env_name(f) for f in PASSTHROUGH_ENV}:
             env[name] = value
     if env:
         entry["env"] = env

@@ -20,7 +20,8 @@ from typing import Any
 from agent_sandbox.cli import runstate
 from agent_sandbox.cli.atomic import atomic_write
 from agent_sandbox.cli.output import CliError, UsageError, mask
-from agent_sandbox.cli.settings import resolve, resolved_env
+from agent_sandbox.cli.settings import cli_settings
+from agent_sandbox.settings import Settings, child_env
 
 TOKEN_FILE = "mcp-token"
 STARTUP_TIMEOUT = 60.0
@@ -68,7 +69,10 @@ def _check_tools(spec: str | None) -> None:
 
 def plan_start(*, http: bool, host: str, port: int, background: bool,
                auth_token_file: Path | None, generate_token: bool, template: str | None,
-               tools: str | None) -> StartPlan:
+               tools: str | None, settings: Settings | None = None) -> StartPlan:
+    """What to run, and the server's environment: this run's settings (the environment,
+    ./.env, ~/.abx/config) with the options given here."""
+    settings = settings or cli_settings()
     if background and not http:
         raise UsageError("--background needs --http (a STDIO server belongs to the client "
                          "that spawns it): abx mcp start --http --background")
@@ -79,23 +83,22 @@ def plan_start(*, http: bool, host: str, port: int, background: bool,
     if not http and (generate_token or auth_token_file):
         raise UsageError("--generate-token/--auth-token-file apply to --http (STDIO has no "
                          "auth: the client owns the process)")
-    env = dict(os.environ)
-    env.update(resolved_env("sandbox_api_key", "base_url", "region"))
-    template = template or resolve("mcp_template").value or resolve("default_template").value
+    update: dict[str, object] = {}
+    template = template or settings.mcp_template or (
+        settings.default_template if "default_template" in settings.model_fields_set else None)
     if template:
-        env["ABX_MCP_TEMPLATE"] = template
-    tools = tools or resolve("mcp_tools").value
+        update["mcp_template"] = template
+    tools = tools or settings.mcp_tools
     _check_tools(tools)
     if tools:
-        env["ABX_MCP_TOOLS"] = tools
+        update["mcp_tools"] = tools
     token: str | None = None
     token_note = None
     if generate_token:
         token = secrets.token_urlsafe(32)
         saved = runstate.ensure_runtime_dir() / TOKEN_FILE
         atomic_write(saved, (token + "\n").encode(), mode=0o600, force_mode=True)
-        env.pop("ABX_MCP_AUTH_TOKEN_FILE", None)
-        env["ABX_MCP_AUTH_TOKEN"] = token
+        update.update(mcp_auth_token=token, mcp_auth_token_file=None)
         token_note = f"bearer token {mask(token)} saved in {saved} (0600)"
     elif auth_token_file:
         path = auth_token_file.expanduser().resolve()
@@ -106,29 +109,20 @@ def plan_start(*, http: bool, host: str, port: int, background: bool,
         if not token:
             raise UsageError(f"--auth-token-file {path} is empty; put a token in it "
                              "(e.g. `openssl rand -base64 32 > FILE`)")
-        env.pop("ABX_MCP_AUTH_TOKEN", None)
-        env["ABX_MCP_AUTH_TOKEN_FILE"] = str(path)
+        update.update(mcp_auth_token=None, mcp_auth_token_file=str(path))
     elif http:
-        token = _inherited_token(env)
+        from agent_sandbox.agent.http_guard import load_token
+
+        token = load_token(settings)  # what the server will find
     if http and not is_loopback(host) and not token:
         raise UsageError(f"refusing to serve on {host} without a bearer token: anyone who can "
                          "reach the port could run commands. Add --generate-token or "
                          "--auth-token-file FILE (or set ABX_MCP_AUTH_TOKEN), or bind to "
                          "127.0.0.1")
+    # The server reads its settings from its environment: built here from ours.
+    env = child_env(settings.model_copy(update=update), dict(os.environ))
     return StartPlan(http=http, host=host, port=port, env=env, token=token,
                      token_note=token_note)
-
-
-def _inherited_token(env: dict[str, str]) -> str | None:
-    """The token the server will read from its environment (as http_guard.load_token)."""
-    if "ABX_MCP_AUTH_TOKEN" in env:
-        return env["ABX_MCP_AUTH_TOKEN"].strip()
-    if "ABX_MCP_AUTH_TOKEN_FILE" in env:
-        try:
-            return Path(env["ABX_MCP_AUTH_TOKEN_FILE"]).read_text().strip()
-        except OSError:
-            return ""
-    return None
 
 
 def stdio_argv() -> list[str]:

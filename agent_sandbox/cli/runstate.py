@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_sandbox.cli.atomic import atomic_write
+from agent_sandbox.cli.settings import cli_settings
 
 RECORD = "mcp-server.json"
 LOG = "mcp-server.log"
@@ -17,8 +18,7 @@ MARKERS = ("agent_sandbox.agent.mcp_http", "agent_sandbox.agent.mcp")
 
 
 def runtime_dir() -> Path:
-    env = os.environ.get("ABX_MCP_RUNTIME_DIR", "").strip()
-    return Path(env) if env else Path(os.path.expanduser("~")) / ".abx" / "run"
+    return cli_settings().mcp_runtime_dir
 
 
 def ensure_runtime_dir() -> Path:

@@ -2,34 +2,31 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from agent_sandbox.cli.output import UsageError
-from agent_sandbox.cli.settings import resolve, resolved_env
+from agent_sandbox.cli.settings import cli_settings
 
 
 def provider() -> Any:
     """A remote gateway when ``base_url`` resolves (env > ./.env > ~/.abx), else this host."""
-    for name, value in resolved_env("sandbox_api_key", "base_url", "region").items():
-        os.environ.setdefault(name, value)
     from agent_sandbox.providers import default_provider
 
-    return default_provider()
+    return default_provider(cli_settings())
 
 
 def local_engine() -> Any:
-    if resolve("base_url").value:
+    if cli_settings().sandbox_base_url:
         raise UsageError("template commands manage this host's engine, but base_url is set "
                          "(a remote gateway); unset ABX_SANDBOX_BASE_URL / `abx config unset "
                          "base_url` to use them here")
     from agent_sandbox.providers.local import local_provider
 
-    return local_provider()
+    return local_provider(cli_settings())
 
 
 def default_template() -> str:
-    return resolve("default_template").value or "base"
+    return cli_settings().default_template
 
 
 def parse_pairs(items: list[str] | None, what: str) -> dict[str, str] | None:

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from agent_sandbox.cli.settings import cli_settings
 from agent_sandbox.providers.engine_choice import DAEMON_GROUP
 
 
@@ -28,4 +29,5 @@ def serve(
     """Run the sandbox gateway (REST API, OpenAPI at /openapi.json) until interrupted."""
     from agent_sandbox.server.serve import serve as run
 
-    run(host, port, api_keys_file, log_level, unix=unix, group=group)
+    run(host, port, api_keys_file, log_level, unix=unix, group=group,
+        settings=cli_settings())

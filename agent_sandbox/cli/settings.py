@@ -1,8 +1,13 @@
-"""``~/.abx/config`` and credential resolution: process environment, then ./.env, then ~/.abx."""
+"""``~/.abx/config`` and credential resolution: process environment, then ./.env, then ~/.abx.
+
+The settings themselves are ``agent_sandbox.settings.Settings``; the ones marked there with a
+``config_key`` can also be kept in ~/.abx/config or ./.env (``KEYS``).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -10,24 +15,59 @@ from pathlib import Path
 
 from agent_sandbox.cli.atomic import atomic_write
 from agent_sandbox.cli.output import CliError, UsageError
+from agent_sandbox.settings import Settings, SettingsError, env_name, extra_of
 
 
 @dataclass(frozen=True)
 class Key:
     name: str
-    env: str
+    field: str  # of agent_sandbox.settings.Settings
     secret: bool
     help: str
 
+    @property
+    def env(self) -> str:
+        return env_name(self.field)
 
-KEYS: dict[str, Key] = {k.name: k for k in (
-    Key("sandbox_api_key", "ABX_SANDBOX_API_KEY", True, "API key of a remote sandbox gateway"),
-    Key("base_url", "ABX_SANDBOX_BASE_URL", False, "remote gateway URL (unset: this host)"),
-    Key("region", "SANDBOX_REGION", False, "region of the remote gateway"),
-    Key("default_template", "ABX_DEFAULT_TEMPLATE", False, "template for new sandboxes"),
-    Key("mcp_template", "ABX_MCP_TEMPLATE", False, "template of the MCP server's sandboxes"),
-    Key("mcp_tools", "ABX_MCP_TOOLS", False, "MCP tool allowlist (names or presets)"),
-)}
+
+def _config_keys() -> dict[str, Key]:
+    """The settings ``abx config`` can keep: those the model marks with a ``config_key``."""
+    keys = {}
+    for name, field in Settings.model_fields.items():
+        key = extra_of(name).get("config_key")
+        if isinstance(key, str):
+            keys[key] = Key(key, name, bool(extra_of(name).get("secret")),
+                            field.description or "")
+    return keys
+
+
+KEYS: dict[str, Key] = _config_keys()
+
+
+@functools.cache
+def env_settings() -> Settings:
+    """The settings as this process's environment has them (read once per ``abx`` run)."""
+    try:
+        return Settings()
+    except SettingsError as exc:
+        raise CliError(exc.message, 2) from None
+
+
+@functools.cache
+def cli_settings() -> Settings:
+    """The settings of this ``abx`` run: the environment, and for the ``abx config`` keys
+    it leaves unset, ./.env then ~/.abx/config."""
+    overlay = {}
+    for name, key in KEYS.items():
+        r = resolve(name)
+        if r.source in ("dotenv", "config"):
+            overlay[key.field] = r.value
+    if not overlay:
+        return env_settings()
+    try:
+        return Settings(**overlay)
+    except SettingsError as exc:
+        raise CliError(f"{exc.message} (from ./.env or {config_path()})", 2) from None
 
 
 def abx_home() -> Path:
@@ -106,8 +146,9 @@ class Resolved:
 def resolve(name: str) -> Resolved:
     """One setting, from the first place that has a non-empty value."""
     key = key_of(name)
-    value = os.environ.get(key.env, "").strip()
-    if value:
+    settings = env_settings()
+    value = str(getattr(settings, key.field) or "").strip()
+    if value and key.field in settings.model_fields_set:
         return Resolved(key, value, "env")
     value = read_dotenv().get(key.env, "").strip()
     if value:
@@ -117,13 +158,3 @@ def resolve(name: str) -> Resolved:
         if value:
             return Resolved(key, value, "config")
     return Resolved(key, None, None)
-
-
-def resolved_env(*names: str) -> dict[str, str]:
-    """``{ENV_NAME: value}`` for the named settings that resolve to something."""
-    out: dict[str, str] = {}
-    for name in names or tuple(KEYS):
-        r = resolve(name)
-        if r.value is not None:
-            out[r.key.env] = r.value
-    return out

@@ -23,10 +23,12 @@ from typing import Any
 
 # None when this user can create a user namespace (probed once per process).
 from agent_sandbox.runtime.rootless import userns_problem
+from agent_sandbox.settings import DEFAULT_DAEMON_SOCKET, Settings, SettingsError
 
-DEFAULT_DAEMON_SOCKET = "/run/abx/abx.sock"
 DAEMON_GROUP = "abx"  # users in it may use the daemon
 KINDS = ("embedded", "rootless", "daemon", "remote")
+__all__ = ["DAEMON_GROUP", "DEFAULT_DAEMON_SOCKET", "EngineChoice", "choose_engine",
+           "daemon_socket", "probe_daemon"]
 
 
 @dataclass(frozen=True)
@@ -44,8 +46,8 @@ class EngineChoice:
         return asdict(self)
 
 
-def daemon_socket() -> str:
-    return os.environ.get("ABX_DAEMON_SOCKET", "").strip() or DEFAULT_DAEMON_SOCKET
+def daemon_socket(settings: Settings | None = None) -> str:
+    return (settings or Settings()).daemon_socket
 
 
 def probe_daemon(path: str, timeout: float = 1.0) -> str | None:
@@ -75,7 +77,7 @@ def _fix(daemon_note: str, userns_note: str) -> str:
             "or run as root. `abx doctor` checks each of these.")
 
 
-def _forced(kind: str) -> EngineChoice:
+def _forced(kind: str, settings: Settings) -> EngineChoice:
     root = os.geteuid() == 0
     if kind == "embedded":
         if not root:
@@ -98,7 +100,7 @@ def _forced(kind: str) -> EngineChoice:
                 "`abx doctor`"))
         return EngineChoice("rootless", "ABX_ENGINE=rootless", True)
     if kind == "daemon":
-        path = daemon_socket()
+        path = settings.daemon_socket
         problem = probe_daemon(path)
         if problem:
             return EngineChoice(None, "ABX_ENGINE=daemon", True, target=path, error=(
@@ -107,28 +109,29 @@ def _forced(kind: str) -> EngineChoice:
                 "group abx (`sudo usermod -aG abx $USER`, then log in again), or point "
                 "ABX_DAEMON_SOCKET at its socket; `abx doctor` shows the state"))
         return EngineChoice("daemon", "ABX_ENGINE=daemon", True, target=path)
-    base_url = os.environ.get("ABX_SANDBOX_BASE_URL", "").strip()
+    base_url = settings.sandbox_base_url
     if not base_url:
         return EngineChoice(None, "ABX_ENGINE=remote", True, error=(
             "ABX_ENGINE=remote needs ABX_SANDBOX_BASE_URL (and ABX_SANDBOX_API_KEY)"))
     return EngineChoice("remote", "ABX_ENGINE=remote", True, target=base_url)
 
 
-def choose_engine() -> EngineChoice:
-    """The engine this process would use now (probes; never raises)."""
-    forced = os.environ.get("ABX_ENGINE", "").strip().lower()
-    if forced and forced != "auto":
-        if forced not in KINDS:
-            return EngineChoice(None, f"ABX_ENGINE={forced}", True, error=(
-                f"ABX_ENGINE={forced!r} is not one of embedded, rootless, daemon, remote "
-                "(or auto)"))
-        return _forced(forced)
-    base_url = os.environ.get("ABX_SANDBOX_BASE_URL", "").strip()
+def choose_engine(settings: Settings | None = None) -> EngineChoice:
+    """The engine this process would use now with ``settings`` (probes; never raises: a
+    bad ABX_ENGINE is refused when the settings are loaded)."""
+    if settings is None:
+        try:
+            settings = Settings()
+        except SettingsError as exc:
+            return EngineChoice(None, "invalid settings", True, error=exc.message)
+    if settings.engine != "auto":
+        return _forced(settings.engine, settings)
+    base_url = settings.sandbox_base_url
     if base_url:
         return EngineChoice("remote", "ABX_SANDBOX_BASE_URL is set", target=base_url)
     if os.geteuid() == 0:
         return EngineChoice("embedded", "running as root")
-    path = daemon_socket()
+    path = settings.daemon_socket
     daemon_note = probe_daemon(path)
     if daemon_note is None:
         return EngineChoice("daemon", f"not root; the abx daemon answers at {path}",

@@ -4,11 +4,12 @@
 - ``daemon``: the shared abx daemon on its unix socket (``ABX_DAEMON_SOCKET``);
 - ``embedded`` (root) / ``rootless`` (an ordinary user): the engine in this process.
 
-The environment is read on every call (cheap), so a process may switch. The automatic
-choice is probed once per distinct environment and then kept: a process whose sandboxes
-live in the daemon must not quietly fall over to its own engine when the daemon restarts.
-One client is kept per (url, key) to reuse its connections. ``current_engine()`` says what
-was chosen and why (``abx doctor`` shows it).
+The settings are the caller's, else those an entry point installed with ``use_settings``,
+else the environment read again on every call (cheap), so a process may switch. The
+automatic choice is probed once per distinct set of those settings and then kept: a
+process whose sandboxes live in the daemon must not quietly fall over to its own engine
+when the daemon restarts. One client is kept per (url, key, retry) to reuse its
+connections. ``current_engine()`` says what was chosen and why (``abx doctor`` shows it).
 """
 
 from __future__ import annotations
@@ -19,52 +20,67 @@ import threading
 from agent_sandbox.errors import RuntimeUnavailableError
 from agent_sandbox.providers.base import Provider
 from agent_sandbox.providers.engine_choice import EngineChoice, choose_engine
+from agent_sandbox.settings import Settings
 
-_remotes: dict[tuple[str, str], Provider] = {}
+_remotes: dict[tuple[str, str, float], Provider] = {}
 _choices: dict[tuple[object, ...], EngineChoice] = {}
 _guard = threading.Lock()
-
-_ENV = ("ABX_ENGINE", "ABX_SANDBOX_BASE_URL", "ABX_DAEMON_SOCKET")
-
-
-def _env_key() -> tuple[object, ...]:
-    return (os.geteuid(), *(os.environ.get(name, "").strip() for name in _ENV))
+_installed: Settings | None = None
 
 
-def current_engine() -> EngineChoice:
-    """The engine ``default_provider()`` uses in this environment (chosen once, then kept);
+def use_settings(settings: Settings | None) -> None:
+    """The settings of this process's entry point, for callers that pass none (the SDK's
+    ``Sandbox.create()`` inside the MCP server, say). None: read the environment again."""
+    global _installed
+    _installed = settings
+
+
+def _settings(given: Settings | None) -> Settings:
+    return given or _installed or Settings()
+
+
+def _choice_key(s: Settings) -> tuple[object, ...]:
+    return (os.geteuid(), s.engine, s.sandbox_base_url, s.daemon_socket)
+
+
+def current_engine(settings: Settings | None = None) -> EngineChoice:
+    """The engine ``default_provider()`` uses with these settings (chosen once, then kept);
     a failed choice is not kept, so fixing the cause takes effect on the next call."""
-    key = _env_key()
+    settings = _settings(settings)
+    key = _choice_key(settings)
     with _guard:
         choice = _choices.get(key)
     if choice is not None:
         return choice
-    choice = choose_engine()
+    choice = choose_engine(settings)
     if choice.kind is not None:
         with _guard:
             choice = _choices.setdefault(key, choice)
     return choice
 
 
-def _remote(base_url: str, key: str) -> Provider:
+def _remote(base_url: str, key: str, retry_seconds: float) -> Provider:
     with _guard:
-        provider = _remotes.get((base_url, key))
+        provider = _remotes.get((base_url, key, retry_seconds))
         if provider is None:
             from agent_sandbox.providers.remote import RemoteProvider
 
-            provider = _remotes[(base_url, key)] = RemoteProvider(base_url, key or None)
+            provider = _remotes[(base_url, key, retry_seconds)] = RemoteProvider(
+                base_url, key or None, retry_seconds=retry_seconds)
         return provider
 
 
-def default_provider() -> Provider:
-    choice = current_engine()
+def default_provider(settings: Settings | None = None) -> Provider:
+    settings = _settings(settings)
+    choice = current_engine(settings)
     if choice.kind is None:
         raise RuntimeUnavailableError(choice.error or "no sandbox engine is usable",
                                       details={"engine": choice.to_dict()})
+    retry = settings.sandbox_retry_seconds
     if choice.kind == "remote":
-        return _remote(choice.target or "", os.environ.get("ABX_SANDBOX_API_KEY", ""))
+        return _remote(choice.target or "", settings.sandbox_api_key, retry)
     if choice.kind == "daemon":
-        return _remote("unix://" + (choice.target or ""), "")
+        return _remote("unix://" + (choice.target or ""), "", retry)
     from agent_sandbox.providers.local import local_provider
 
-    return local_provider()
+    return local_provider(settings)

@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from agent_sandbox.settings import Settings
 
 # Container root maps to this unprivileged host id (and the 65536 ids after it).
 HOST_ID_BASE = 100000
 HOST_ID_COUNT = 65536
 
 
-def default_data_dir() -> Path:
-    env = os.environ.get("ABX_DATA_DIR")
-    if env:
-        return Path(env)
-    if os.geteuid() == 0:
-        return Path("/var/lib/agent-sandbox")
-    xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(xdg) / "agent-sandbox"
+def default_data_dir(settings: Settings | None = None) -> Path:
+    """The engine's state directory (ABX_DATA_DIR, else its default)."""
+    return (settings or Settings()).data_dir
+
+
+def _from_settings(name: str) -> Any:
+    # EngineConfig() without arguments: the environment, read when it is built.
+    return field(default_factory=lambda: getattr(Settings(), name))
 
 
 @dataclass(frozen=True)
@@ -34,26 +36,32 @@ class Limits:
 
 @dataclass(frozen=True)
 class EngineConfig:
-    data_dir: Path = field(default_factory=default_data_dir)
+    data_dir: Path = _from_settings("data_dir")
     limits: Limits = Limits()
     # Bytes of each output stream kept per command (the tail); the rest is flagged.
     max_output: int = 1 << 20
     command_timeout: float = 60.0
     # Size of the sparse XFS image that holds every sandbox's writable data.
-    pool_size_gb: int = int(os.environ.get("ABX_POOL_GB", "64"))
+    pool_size_gb: int = _from_settings("pool_gb")
     # Keep at least this much of the host filesystem free (refuse to grow past it).
     host_reserve_mb: int = 2048
     reaper_interval: float = 2.0
     # A frozen sandbox still holds its memory; after this long paused its container is
     # stopped (disk kept). Resuming then boots it afresh: files stay, processes do not.
-    paused_stop_after: float = field(
-        default_factory=lambda: float(os.environ.get("ABX_PAUSED_STOP_AFTER", "900")))
+    paused_stop_after: float = _from_settings("paused_stop_after")
     # Warm pool: started, unclaimed sandboxes per pooled template, so a create that fits
     # (default limits, no network, no volume) returns in milliseconds. Long-lived servers
     # turn it on; a one-off script should not leave warm sandboxes behind.
-    pool_size: int = field(default_factory=lambda: int(os.environ.get("ABX_POOL_SIZE", "0")))
-    pool_templates: tuple[str, ...] = field(default_factory=lambda: tuple(
-        t.strip() for t in os.environ.get("ABX_POOL_TEMPLATES", "base").split(",") if t.strip()))
+    pool_size: int = _from_settings("pool_size")
+    pool_templates: tuple[str, ...] = _from_settings("pool_templates")
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides: Any) -> EngineConfig:
+        """The engine's part of ``settings`` (``overrides``: other fields, e.g. limits)."""
+        return cls(**{"data_dir": settings.data_dir, "pool_size_gb": settings.pool_gb,
+                      "paused_stop_after": settings.paused_stop_after,
+                      "pool_size": settings.pool_size,
+                      "pool_templates": settings.pool_templates, **overrides})
 
     @property
     def db_path(self) -> Path:

@@ -16,6 +16,7 @@ from agent_sandbox.server.metrics import MetricsMiddleware
 from agent_sandbox.server.routes import code, commands, files, misc, sandboxes
 from agent_sandbox.server.schemas import ErrorBody
 from agent_sandbox.server.state import GatewayState
+from agent_sandbox.settings import Settings
 
 # Blocking engine calls run in worker threads; anyio's default of 40 would make the 41st
 # concurrent command wait for a thread, not for the sandbox.
@@ -51,12 +52,16 @@ def _documented(app: FastAPI) -> Callable[[], dict[str, Any]]:
     return openapi
 
 
-def create_app(engine: Engine | None = None, keys: KeyStore | None = None) -> FastAPI:
+def create_app(engine: Engine | None = None, keys: KeyStore | None = None,
+               settings: Settings | None = None) -> FastAPI:
+    """The app over ``engine`` and ``keys`` (made from ``settings`` when not given)."""
+    if engine is None or keys is None:
+        settings = settings or Settings()
     if engine is None:
         from agent_sandbox.providers.local import local_provider
 
-        engine = local_provider()
-    state = GatewayState(engine=engine, keys=keys or KeyStore())
+        engine = local_provider(settings)
+    state = GatewayState(engine=engine, keys=keys or KeyStore(settings=settings))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

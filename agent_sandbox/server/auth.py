@@ -18,7 +18,7 @@ from fastapi import Request
 
 from agent_sandbox.errors import NotFoundError, UnauthenticatedError
 from agent_sandbox.runtime import validate
-from agent_sandbox.server.keys import DEFAULT_MAX_COMMANDS, DEFAULT_MAX_SANDBOXES, ApiKey, KeyStore
+from agent_sandbox.server.keys import ApiKey, KeyStore
 from agent_sandbox.server.peercred import PeerCred, peer_of
 from agent_sandbox.server.state import GatewayState
 
@@ -56,20 +56,21 @@ def authenticate(keys: KeyStore, token: str | None) -> Principal:
     return Principal(key)
 
 
-def local_user(peer: PeerCred) -> Principal:
-    """A local user of the daemon as a tenant: its uid is its identity, root is admin."""
+def local_user(peer: PeerCred, keys: KeyStore) -> Principal:
+    """A local user of the daemon as a tenant: its uid is its identity, root is admin; its
+    quotas are the ones a new key gets."""
     tenant = ApiKey(id=f"uid-{peer.uid}", name=peer.user, admin=peer.uid == 0, created_at=0.0,
-                    revoked_at=None, max_sandboxes=DEFAULT_MAX_SANDBOXES,
-                    max_commands=DEFAULT_MAX_COMMANDS)
+                    revoked_at=None, max_sandboxes=keys.default_max_sandboxes,
+                    max_commands=keys.default_max_commands)
     return Principal(tenant, peer)
 
 
 def principal(request: Request) -> Principal:
     """FastAPI dependency (sync: the key lookup is a blocking SQLite read)."""
     peer = peer_of(request.scope)
-    if peer is not None:  # the unix socket: PeerGuard already let only allowed peers in
-        return local_user(peer)
     state: GatewayState = request.app.state.gateway
+    if peer is not None:  # the unix socket: PeerGuard already let only allowed peers in
+        return local_user(peer, state.keys)
     return authenticate(state.keys, _token(request))
 
 

@@ -15,23 +15,27 @@ from agent_sandbox.errors import SandboxError
 from agent_sandbox.providers.engine_choice import DAEMON_GROUP
 from agent_sandbox.server.keys import KeyStore
 from agent_sandbox.server.serve import serve
+from agent_sandbox.settings import Settings
 
 
 def keys_create(name: str, *, admin: bool = False, max_sandboxes: int | None = None,
-                max_commands: int | None = None,
-                api_keys_file: str | Path | None = None) -> dict[str, object]:
+                max_commands: int | None = None, api_keys_file: str | Path | None = None,
+                settings: Settings | None = None) -> dict[str, object]:
     """A new key: its public fields plus ``token`` (shown this once, never stored)."""
-    key, token = KeyStore(api_keys_file).create(name, admin=admin, max_sandboxes=max_sandboxes,
-                                                max_commands=max_commands)
+    store = KeyStore(api_keys_file, settings=settings)
+    key, token = store.create(name, admin=admin, max_sandboxes=max_sandboxes,
+                              max_commands=max_commands)
     return {**key.public(), "token": token}
 
 
-def keys_list(api_keys_file: str | Path | None = None) -> list[dict[str, object]]:
-    return [k.public() for k in KeyStore(api_keys_file).list()]
+def keys_list(api_keys_file: str | Path | None = None,
+              settings: Settings | None = None) -> list[dict[str, object]]:
+    return [k.public() for k in KeyStore(api_keys_file, settings=settings).list()]
 
 
-def keys_revoke(key_id_or_name: str, api_keys_file: str | Path | None = None) -> dict[str, object]:
-    return KeyStore(api_keys_file).revoke(key_id_or_name).public()
+def keys_revoke(key_id_or_name: str, api_keys_file: str | Path | None = None,
+                settings: Settings | None = None) -> dict[str, object]:
+    return KeyStore(api_keys_file, settings=settings).revoke(key_id_or_name).public()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,7 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--host", default="127.0.0.1")
     run.add_argument("--port", type=int, default=8080)
     run.add_argument("--api-keys-file", default=None,
-                     help="key database (default: $ABX_DATA_DIR/gateway-keys.db)")
+                     help="key database (default: $ABX_GATEWAY_KEYS_FILE, else "
+                          "$ABX_DATA_DIR/gateway-keys.db)")
     run.add_argument("--unix", default=None, metavar="PATH",
                      help="be the shared daemon on this unix socket instead of TCP "
                           "(peer credentials, no keys)")
@@ -67,17 +72,19 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        settings = Settings()  # the one read of the environment in this process
         if args.command == "serve":
             serve(args.host, args.port, args.api_keys_file, args.log_level, unix=args.unix,
-                  group=args.group)
+                  group=args.group, settings=settings)
         elif args.action == "create":
             out = keys_create(args.name, admin=args.admin, max_sandboxes=args.max_sandboxes,
-                              max_commands=args.max_commands, api_keys_file=args.api_keys_file)
+                              max_commands=args.max_commands, api_keys_file=args.api_keys_file,
+                              settings=settings)
             print(json.dumps(out, indent=2))
         elif args.action == "list":
-            print(json.dumps(keys_list(args.api_keys_file), indent=2))
+            print(json.dumps(keys_list(args.api_keys_file, settings), indent=2))
         else:
-            print(json.dumps(keys_revoke(args.key, args.api_keys_file), indent=2))
+            print(json.dumps(keys_revoke(args.key, args.api_keys_file, settings), indent=2))
     except SandboxError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2

@@ -8,7 +8,6 @@ is the owner of the sandboxes it creates, an admin flag, and its own quotas.
 from __future__ import annotations
 
 import hashlib
-import os
 import secrets
 import sqlite3
 import threading
@@ -18,10 +17,9 @@ from pathlib import Path
 
 from agent_sandbox import private_db
 from agent_sandbox.errors import InvalidArgumentError, NotFoundError
+from agent_sandbox.settings import Settings
 
 TOKEN_PREFIX = "abx_"
-DEFAULT_MAX_SANDBOXES = int(os.environ.get("ABX_GATEWAY_MAX_SANDBOXES", "50"))
-DEFAULT_MAX_COMMANDS = int(os.environ.get("ABX_GATEWAY_MAX_COMMANDS", "32"))
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS keys (
@@ -62,21 +60,20 @@ class ApiKey:
                 "max_sandboxes": self.max_sandboxes, "max_commands": self.max_commands}
 
 
-def default_keys_path() -> Path:
-    explicit = os.environ.get("ABX_GATEWAY_KEYS_FILE")
-    if explicit:
-        return Path(explicit)
-    data = os.environ.get("ABX_DATA_DIR") or "/var/lib/agent-sandbox"
-    return Path(data) / "gateway-keys.db"
-
-
 def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
 class KeyStore:
-    def __init__(self, path: str | Path | None = None) -> None:
-        self.path = Path(path) if path else default_keys_path()
+    """``path`` defaults to the settings' key file; the settings' quotas are what a new key
+    (and each daemon user) gets unless told otherwise."""
+
+    def __init__(self, path: str | Path | None = None, *,
+                 settings: Settings | None = None) -> None:
+        settings = settings or Settings()
+        self.path = Path(path) if path else settings.keys_file
+        self.default_max_sandboxes = settings.gateway_max_sandboxes
+        self.default_max_commands = settings.gateway_max_commands
         # 0600 with its -wal/-shm: hashes are not secrets, but names and quotas are
         # nobody else's business.
         private_db.connect(self.path).close()
@@ -99,8 +96,8 @@ class KeyStore:
         """A new key and its token (the only time the token is seen)."""
         if not isinstance(name, str) or not name.strip() or len(name) > 200:
             raise InvalidArgumentError("a key needs a name of 1-200 characters")
-        limits = (DEFAULT_MAX_SANDBOXES if max_sandboxes is None else max_sandboxes,
-                  DEFAULT_MAX_COMMANDS if max_commands is None else max_commands)
+        limits = (self.default_max_sandboxes if max_sandboxes is None else max_sandboxes,
+                  self.default_max_commands if max_commands is None else max_commands)
         if any(not isinstance(v, int) or v < 0 for v in limits):
             raise InvalidArgumentError("quotas must be whole numbers >= 0")
         key_id = "key-" + secrets.token_hex(6)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -10,6 +9,7 @@ from agent_sandbox.errors import InvalidArgumentError
 from agent_sandbox.netutil import is_loopback
 from agent_sandbox.providers.engine_choice import DAEMON_GROUP
 from agent_sandbox.server.keys import KeyStore
+from agent_sandbox.settings import Settings
 
 
 def check_bind(host: str, keys: KeyStore) -> None:
@@ -23,26 +23,26 @@ def check_bind(host: str, keys: KeyStore) -> None:
 
 def serve(host: str = "127.0.0.1", port: int = 8080, api_keys_file: str | Path | None = None,
           log_level: str = "warning", *, unix: str | Path | None = None,
-          group: str = DAEMON_GROUP) -> None:
+          group: str = DAEMON_GROUP, settings: Settings | None = None) -> None:
     """Run the gateway until interrupted (what ``abx serve`` calls).
 
     With ``unix`` it is the shared daemon instead: a unix socket of ``group``, local users
     identified by their peer credentials, no API keys (see ``unix.serve_unix``)."""
     import uvicorn
 
+    settings = settings or Settings()
+    if api_keys_file is not None:
+        settings = settings.model_copy(update={"gateway_keys_file": Path(api_keys_file)})
     if unix is not None:
         from agent_sandbox.server.unix import serve_unix
 
-        serve_unix(unix, group=group, api_keys_file=api_keys_file, log_level=log_level)
+        serve_unix(unix, group=group, log_level=log_level, settings=settings)
         return
 
     from agent_sandbox.server.app import create_app
 
-    if api_keys_file is not None:
-        # The app and the key CLI find the same file through the environment.
-        os.environ["ABX_GATEWAY_KEYS_FILE"] = str(api_keys_file)
-    keys = KeyStore(api_keys_file)
+    keys = KeyStore(settings=settings)
     check_bind(host, keys)
     print(f"abx gateway: serving on http://{host}:{port} (Ctrl-C stops it)", file=sys.stderr)
-    uvicorn.run(create_app(keys=keys), host=host, port=port, log_level=log_level,
-                timeout_keep_alive=30)
+    uvicorn.run(create_app(keys=keys, settings=settings), host=host, port=port,
+                log_level=log_level, timeout_keep_alive=30)

@@ -23,6 +23,7 @@ from pathlib import Path
 from agent_sandbox.errors import InvalidArgumentError, RuntimeUnavailableError
 from agent_sandbox.providers.engine_choice import DAEMON_GROUP, DEFAULT_DAEMON_SOCKET, probe_daemon
 from agent_sandbox.server.keys import KeyStore
+from agent_sandbox.settings import Settings
 
 SOCKET_MODE = 0o660
 
@@ -111,19 +112,19 @@ def listening(path: str | Path, group: str | None, mode: int = SOCKET_MODE
 
 
 def serve_unix(path: str | Path = DEFAULT_DAEMON_SOCKET, *, group: str = DAEMON_GROUP,
-               api_keys_file: str | Path | None = None, log_level: str = "warning") -> None:
+               log_level: str = "warning", settings: Settings | None = None) -> None:
     """Run the daemon on ``path`` until interrupted (what ``abx serve --unix`` calls)."""
     import uvicorn
 
+    from agent_sandbox.providers.select import use_settings
     from agent_sandbox.server.app import create_app
     from agent_sandbox.server.peercred import PeerCredProtocol, PeerGuard
 
-    if api_keys_file is not None:
-        os.environ["ABX_GATEWAY_KEYS_FILE"] = str(api_keys_file)
     # The daemon is the engine: it must not itself point at a gateway or a daemon.
-    for name in ("ABX_SANDBOX_BASE_URL", "ABX_ENGINE"):
-        os.environ.pop(name, None)
-    keys = KeyStore(api_keys_file)  # volume ownership lives there too
+    settings = (settings or Settings()).model_copy(
+        update={"sandbox_base_url": "", "engine": "auto"})
+    use_settings(settings)
+    keys = KeyStore(settings=settings)  # volume ownership lives there too
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal to the
     # handler it found: ours ends the process through ``finally`` (the socket file goes).
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -132,7 +133,7 @@ def serve_unix(path: str | Path = DEFAULT_DAEMON_SOCKET, *, group: str = DAEMON_
             st = os.stat(path)
             print(f"abx daemon: serving local users on unix socket {path} (gid {st.st_gid}, "
                   f"mode {st.st_mode & 0o777:04o}; Ctrl-C stops it)", file=sys.stderr)
-            app = PeerGuard(create_app(keys=keys), group)
+            app = PeerGuard(create_app(keys=keys, settings=settings), group)
             config = uvicorn.Config(app, http=PeerCredProtocol, log_level=log_level,
                                     timeout_keep_alive=30)
             uvicorn.Server(config).run(sockets=[sock])

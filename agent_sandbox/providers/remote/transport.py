@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -27,7 +26,7 @@ from agent_sandbox.providers.remote.errors import decode_error
 _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 # Before a byte is sent: safe to retry whatever the method.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-_RETRY_SECONDS = float(os.environ.get("ABX_SANDBOX_RETRY_SECONDS", "30"))
+_RETRY_SECONDS = 30.0  # the default of ABX_SANDBOX_RETRY_SECONDS (select.py passes it)
 UNIX_SCHEME = "unix://"
 _LIMITS = httpx.Limits(max_connections=200, max_keepalive_connections=50)
 

@@ -1,0 +1,302 @@
+"""Every host-side setting of agent-sandbox: one typed object, read from the environment.
+
+Each field is one environment variable (its alias, ``ABX_...``); its description is the
+documentation (``python -m agent_sandbox.settings docs/configuration.md`` writes the table
+there, and a test keeps them equal). The environment is read only when a ``Settings`` is
+constructed: at the entry points (the ``abx`` CLI, the MCP servers, the
+gateway) or, when a caller gives none, by the SDK's provider selection. Everything below
+takes the object (or the values it needs) as a parameter.
+
+A blank variable means its default, except where blank has a meaning of its own
+(``ABX_MCP_AUDIT_LOG``: auditing off; ``ABX_MCP_AUTH_TOKEN``: refuse every request).
+Variables read by the guest agent inside a sandbox are not here: the host sets those.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from agent_sandbox.errors import InvalidArgumentError
+
+DEFAULT_DAEMON_SOCKET = "/run/abx/abx.sock"
+# Blank is a value of these (see the module docstring); blank is the default for the rest.
+BLANK_MEANS_SOMETHING = frozenset({"ABX_MCP_AUDIT_LOG", "ABX_MCP_AUTH_TOKEN"})
+CommaList = Annotated[tuple[str, ...], NoDecode]
+EngineKind = Literal["auto", "embedded", "rootless", "daemon", "remote"]
+ENGINES: tuple[str, ...] = get_args(EngineKind)
+
+
+class SettingsError(InvalidArgumentError):
+    """An environment variable with a value its setting cannot take (the message names it)."""
+
+
+def builtin_data_dir() -> Path:
+    """The engine's state directory when ABX_DATA_DIR is not set."""
+    if os.geteuid() == 0:
+        return Path("/var/lib/agent-sandbox")
+    xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(xdg) / "agent-sandbox"
+
+
+def _abx_run(name: str = "") -> Path:
+    return Path(os.path.expanduser("~")) / ".abx" / "run" / name
+
+
+def _var(name: str, description: str, *, shown_default: str | None = None,
+         config_key: str | None = None, secret: bool = False, **kw: Any) -> Any:
+    """A field read from the environment variable ``name``. ``shown_default`` is what the
+    docs say when the default is computed; ``config_key`` also makes it an ``abx config``
+    key; a ``secret`` is masked wherever it is shown."""
+    extra = {"shown_default": shown_default, "config_key": config_key, "secret": secret}
+    return Field(alias=name, description=description, repr=not secret,
+                 json_schema_extra={k: v for k, v in extra.items() if v}, **kw)
+
+
+class _EnvSource(EnvSettingsSource):
+    """The environment, with a blank variable treated as unset where blank means nothing."""
+
+    def __call__(self) -> dict[str, Any]:
+        return {name: value for name, value in super().__call__().items()
+                if name in BLANK_MEANS_SOMETHING
+                or not (isinstance(value, str) and not value.strip())}
+
+
+class Settings(BaseSettings):
+    """The settings of one process (frozen: change one with ``model_copy(update=...)``)."""
+
+    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", frozen=True,
+                                      populate_by_name=True, str_strip_whitespace=True)
+
+    # Which engine: the rules are in providers/engine_choice.py.
+    engine: EngineKind = _var(
+        "ABX_ENGINE", "Force the engine: `embedded` (root), `rootless`, `daemon` or `remote`; "
+        "`auto` chooses (docs/daemon.md).", default="auto")
+    sandbox_api_key: str = _var(
+        "ABX_SANDBOX_API_KEY", "API key sent to the remote gateway.",
+        config_key="sandbox_api_key", secret=True, default="")
+    sandbox_base_url: str = _var(
+        "ABX_SANDBOX_BASE_URL", "A remote gateway (`http(s)://host:port`) or a daemon socket "
+        "(`unix:///path`); unset: this host's engine.", config_key="base_url", default="")
+    sandbox_region: str = _var(
+        "SANDBOX_REGION", "Region of the remote gateway (passed on to MCP client configs and "
+        "deployments).", config_key="region", default="")
+    sandbox_retry_seconds: float = _var(
+        "ABX_SANDBOX_RETRY_SECONDS", "How long the remote client retries a gateway it cannot "
+        "reach (seconds).", default=30.0, ge=0)
+    daemon_socket: str = _var(
+        "ABX_DAEMON_SOCKET", "The shared daemon's unix socket.", default=DEFAULT_DAEMON_SOCKET)
+    default_template: str = _var(
+        "ABX_DEFAULT_TEMPLATE", "Template of `abx sandbox create`, and of the MCP server when "
+        "ABX_MCP_TEMPLATE is unset.", config_key="default_template", default="base")
+
+    # The engine.
+    data_dir: Path = _var(
+        "ABX_DATA_DIR", "The engine's state: images, sandboxes, database, gateway keys.",
+        shown_default="`/var/lib/agent-sandbox` (root), else `$XDG_DATA_HOME/agent-sandbox`",
+        default_factory=builtin_data_dir)
+    pool_gb: int = _var(
+        "ABX_POOL_GB", "Size of the sparse XFS image holding every sandbox's writable data "
+        "(GB).", default=64, ge=1)
+    pool_size: int = _var(
+        "ABX_POOL_SIZE", "Warm (started, unclaimed) sandboxes kept per pooled template.",
+        shown_default="0 (MCP servers: 2)", default=0, ge=0)
+    pool_templates: CommaList = _var(
+        "ABX_POOL_TEMPLATES", "Templates kept warm (comma list).",
+        shown_default="`base` (MCP servers: their template)", default=("base",))
+    paused_stop_after: float = _var(
+        "ABX_PAUSED_STOP_AFTER", "Seconds a sandbox stays paused before its container is "
+        "stopped (disk kept; resuming boots it afresh).", default=900.0, ge=0)
+
+    # The REST gateway.
+    gateway_keys_file: Path | None = _var(
+        "ABX_GATEWAY_KEYS_FILE", "The gateway's API key database.",
+        shown_default="`$ABX_DATA_DIR/gateway-keys.db`", default=None)
+    gateway_max_sandboxes: int = _var(
+        "ABX_GATEWAY_MAX_SANDBOXES", "Default quota of a new key (and of each daemon user): "
+        "live sandboxes at once.", default=50, ge=0)
+    gateway_max_commands: int = _var(
+        "ABX_GATEWAY_MAX_COMMANDS", "Default quota of a new key (and of each daemon user): "
+        "commands running at once.", default=32, ge=0)
+
+    # The MCP server.
+    mcp_template: str = _var(
+        "ABX_MCP_TEMPLATE", "Template of the MCP server's sandboxes (a first `run_code` uses "
+        "`code-interpreter-v1` when it has no kernel).",
+        shown_default="ABX_DEFAULT_TEMPLATE via `abx mcp start`; else STDIO "
+                      "`code-interpreter-v1`, HTTP `base`",
+        config_key="mcp_template", default="")
+    mcp_tools: str | None = _var(
+        "ABX_MCP_TOOLS", "MCP tool allowlist (comma list of names, or `read-only`).",
+        shown_default="every tool", config_key="mcp_tools", default=None)
+    mcp_output_budget: int = _var(
+        "ABX_MCP_OUTPUT_BUDGET", "Bytes of output an MCP tool call returns; the rest is saved "
+        "in the sandbox.", default=100 * 1024, gt=0)
+    mcp_max_concurrency: int = _var(
+        "ABX_MCP_MAX_CONCURRENCY", "MCP tool calls at once before `busy` (with "
+        "`retry_after`).", default=32, gt=0)
+    mcp_audit_log: Path | None = _var(
+        "ABX_MCP_AUDIT_LOG", "The MCP server's JSON-lines audit log; empty: no audit log.",
+        shown_default="`~/.abx/run/audit.log`",
+        default_factory=lambda: _abx_run("audit.log"))
+    mcp_auth_token: str | None = _var(
+        "ABX_MCP_AUTH_TOKEN", "Bearer token of the MCP HTTP server; set but empty refuses "
+        "every request.", secret=True, default=None)
+    mcp_auth_token_file: str | None = _var(
+        "ABX_MCP_AUTH_TOKEN_FILE", "File holding that token (an unreadable file refuses "
+        "every request).", default=None)
+    mcp_allowed_origins: CommaList = _var(
+        "ABX_MCP_ALLOWED_ORIGINS", "Extra browser `Origin`s the MCP HTTP server accepts "
+        "(comma list; `*` any).", shown_default="local origins only", default=())
+    mcp_session_ttl: int = _var(
+        "ABX_MCP_SESSION_TTL", "Seconds an idle MCP HTTP session lives.", default=3600, gt=0)
+    mcp_max_sessions: int = _var(
+        "ABX_MCP_MAX_SESSIONS", "MCP HTTP sessions at once.", default=100, gt=0)
+    mcp_runtime_dir: Path = _var(
+        "ABX_MCP_RUNTIME_DIR", "Where `abx mcp start` keeps its run record, log and "
+        "generated token.", shown_default="`~/.abx/run`", default_factory=_abx_run)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = _var(
+        "ABX_LOG_LEVEL", "Log level of the MCP servers (on stderr).", default="WARNING")
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise SettingsError(describe(exc)) from None
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings],
+                                   init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, _EnvSource(settings_cls)
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _engine_kind(cls, value: Any) -> Any:
+        kind = value.strip().lower() if isinstance(value, str) else value
+        if kind not in ENGINES:
+            raise ValueError(f"{value!r} is not one of embedded, rootless, daemon, remote "
+                             "(or auto)")
+        return kind
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.strip().upper() if isinstance(value, str) else value
+
+    @field_validator("pool_templates", "mcp_allowed_origins", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("mcp_audit_log", mode="before")
+    @classmethod
+    def _blank_is_off(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @property
+    def keys_file(self) -> Path:
+        """The gateway's key database: ABX_GATEWAY_KEYS_FILE, else in the data dir."""
+        return self.gateway_keys_file or self.data_dir / "gateway-keys.db"
+
+    def to_env(self) -> dict[str, str | None]:
+        """The variables set on this object (from the environment or by the code), as a
+        child process's environment should carry them (None: leave the variable out)."""
+        out: dict[str, str | None] = {}
+        for name in self.model_fields_set:
+            value = getattr(self, name)
+            if isinstance(value, tuple):
+                value = ",".join(value)
+            elif value is None and name == "mcp_audit_log":
+                value = ""  # blank: off
+            out[env_name(name)] = None if value is None else str(value)
+        return out
+
+
+def env_name(field: str) -> str:
+    """The environment variable of a ``Settings`` field."""
+    alias = Settings.model_fields[field].alias
+    assert alias is not None
+    return alias
+
+
+def child_env(settings: Settings, base: dict[str, str]) -> dict[str, str]:
+    """A child process's environment: ``base`` (the rest of the parent's environment) with
+    every variable of ``settings`` as the object has it, not as ``base`` had it."""
+    names = {env_name(f) for f in Settings.model_fields}
+    env = {k: v for k, v in base.items() if k not in names}
+    env.update({k: v for k, v in settings.to_env().items() if v is not None})
+    return env
+
+
+def describe(exc: ValidationError) -> str:
+    """One line per bad variable, naming it, what it needs and what it got."""
+    lines = []
+    for error in exc.errors(include_url=False):
+        name = ".".join(str(part) for part in error["loc"]) or "settings"
+        got = error.get("input")
+        shown = "" if isinstance(got, dict) else f", got {got!r}"
+        lines.append(f"{name}: {error['msg']}{shown}")
+    return "invalid setting: " + "; ".join(lines)
+
+
+def extra_of(field: str) -> dict[str, Any]:
+    """The documentation marks of a field (``shown_default``, ``config_key``, ``secret``)."""
+    extra = Settings.model_fields[field].json_schema_extra
+    return extra if isinstance(extra, dict) else {}
+
+
+def shown_default(field: str) -> str:
+    """A field's default as the docs say it."""
+    shown = extra_of(field).get("shown_default")
+    if isinstance(shown, str):
+        return shown
+    default = Settings.model_fields[field].get_default(call_default_factory=True)
+    if isinstance(default, tuple):
+        default = ",".join(default)
+    return f"`{default}`" if default not in ("", None) else "unset"
+
+
+def markdown_table() -> str:
+    """The variables as the Markdown table of docs/configuration.md."""
+    rows = ["| Variable | Meaning | Default |", "| --- | --- | --- |"]
+    for name, field in Settings.model_fields.items():
+        rows.append(f"| `{env_name(name)}` | {field.description} | {shown_default(name)} |")
+    return "\n".join(rows) + "\n"
+
+
+TABLE_START = "<!-- generated by `python -m agent_sandbox.settings FILE`: do not edit -->\n"
+TABLE_END = "<!-- end of the generated table -->\n"
+
+
+def with_table(doc: str) -> str:
+    """``doc`` with the text between its table markers replaced by ``markdown_table()``."""
+    head, start, rest = doc.partition(TABLE_START)
+    _, end, tail = rest.partition(TABLE_END)
+    if not start or not end:
+        raise ValueError("the document has no generated-table markers")
+    return head + start + markdown_table() + end + tail
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1:  # regenerate the table of that document in place
+        target = Path(sys.argv[1])
+        target.write_text(with_table(target.read_text()))
+    else:
+        sys.stdout.write(markdown_table())
