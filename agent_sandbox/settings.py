@@ -106,9 +106,6 @@ class Settings(BaseSettings):
         "ABX_DATA_DIR", "The engine's state: images, sandboxes, database, gateway keys.",
         shown_default="`/var/lib/agent-sandbox` (root), else `$XDG_DATA_HOME/agent-sandbox`",
         default_factory=builtin_data_dir)
-    pool_gb: int = _var(
-        "ABX_POOL_GB", "Size of the sparse XFS image holding every sandbox's writable data "
-        "(GB).", default=64, ge=1)
     pool_size: int = _var(
         "ABX_POOL_SIZE", "Warm (started, unclaimed) sandboxes kept per pooled template.",
         shown_default="0 (MCP servers: 2)", default=0, ge=0)

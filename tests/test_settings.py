@@ -34,8 +34,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 def test_defaults(clean_env: pytest.MonkeyPatch) -> None:
     s = Settings()
     assert (s.engine, s.sandbox_base_url, s.daemon_socket) == ("auto", "", "/run/abx/abx.sock")
-    assert (s.pool_size, s.pool_templates, s.pool_gb, s.paused_stop_after) == (0, ("base",),
-                                                                              64, 900.0)
+    assert (s.pool_size, s.pool_templates, s.paused_stop_after) == (0, ("base",), 900.0)
     assert s.data_dir == builtin_data_dir()
     assert s.keys_file == s.data_dir / "gateway-keys.db"  # one data dir default for both
     assert (s.gateway_max_sandboxes, s.gateway_max_commands) == (50, 32)
@@ -108,10 +107,8 @@ def test_a_child_environment_carries_the_settings_exactly(clean_env: pytest.Monk
 
 def test_engine_config_from_settings(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
     clean_env.setenv("ABX_DATA_DIR", str(tmp_path))
-    clean_env.setenv("ABX_POOL_GB", "8")
     config = EngineConfig.from_settings(Settings(pool_size=4), host_reserve_mb=10)
-    assert (config.data_dir, config.pool_size_gb, config.pool_size,
-            config.host_reserve_mb) == (tmp_path, 8, 4, 10)
+    assert (config.data_dir, config.pool_size, config.host_reserve_mb) == (tmp_path, 4, 10)
     assert EngineConfig() == EngineConfig.from_settings(Settings())  # no arguments: the env
 
 

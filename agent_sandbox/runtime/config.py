@@ -41,8 +41,6 @@ class EngineConfig:
     # Bytes of each output stream kept per command (the tail); the rest is flagged.
     max_output: int = 1 << 20
     command_timeout: float = 60.0
-    # Size of the sparse XFS image that holds every sandbox's writable data.
-    pool_size_gb: int = _from_settings("pool_gb")
     # Keep at least this much of the host filesystem free (refuse to grow past it).
     host_reserve_mb: int = 2048
     reaper_interval: float = 2.0
@@ -58,7 +56,7 @@ class EngineConfig:
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> EngineConfig:
         """The engine's part of ``settings`` (``overrides``: other fields, e.g. limits)."""
-        return cls(**{"data_dir": settings.data_dir, "pool_size_gb": settings.pool_gb,
+        return cls(**{"data_dir": settings.data_dir,
                       "paused_stop_after": settings.paused_stop_after,
                       "pool_size": settings.pool_size,
                       "pool_templates": settings.pool_templates, **overrides})
@@ -78,14 +76,6 @@ class EngineConfig:
     @property
     def idmap_dir(self) -> Path:
         return self.data_dir / "idmap"
-
-    @property
-    def pool_image(self) -> Path:
-        return self.data_dir / "pool.img"
-
-    @property
-    def pool_dir(self) -> Path:
-        return self.data_dir / "pool"
 
     @property
     def runc_root(self) -> Path:
