@@ -164,8 +164,7 @@ class Sandbox:
 
     def list_code_contexts(self) -> list[CodeContext]:
         """The sandbox's code contexts (``default`` is listed once it has run a cell)."""
-        provider: Any = code_provider(self._provider)  # an engine-side extra, not in Provider
-        return provider.list_code_contexts(self.sandbox_id)
+        return code_provider(self._provider).list_code_contexts(self.sandbox_id)
 
     def custom(self, name: str, args: list[str] | None = None) -> CommandResult:
         """Run a named command the template defines."""
