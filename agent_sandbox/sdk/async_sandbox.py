@@ -7,6 +7,7 @@ coroutine functions. ``await sb.state`` asks the provider, as ``Sandbox.state`` 
 
 from __future__ import annotations
 
+from agent_sandbox.models import SandboxInfo
 from agent_sandbox.providers.base import Provider
 from agent_sandbox.sdk.commands import CommandHandle, Commands
 from agent_sandbox.sdk.files import Files
@@ -40,6 +41,11 @@ class AsyncSandbox(AsyncTwin):
     commands: AsyncCommands
     files: AsyncFiles
 
+    # Read by the MCP server (agent/): the provider, and the info last fetched (no I/O).
     @property
     def _provider(self) -> Provider:
         return self._sync._provider  # type: ignore[no-any-return]
+
+    @property
+    def _info(self) -> SandboxInfo:
+        return self._sync._info  # type: ignore[no-any-return]
