@@ -2,11 +2,42 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 SandboxState = Literal["running", "paused"]
+
+
+@dataclass(frozen=True)
+class CreateOptions:
+    """What a new sandbox is made with: the one list of ``create()``'s options.
+
+    ``Sandbox.create`` / ``AsyncSandbox.create`` take these as keywords (their signature
+    is built from this class) and pass them on to ``Provider.create(**as_kwargs())``.
+    Values are checked by the engine (and by the gateway's schema), not here.
+
+    ``timeout``: idle seconds after which the sandbox is auto-paused; every use extends
+    it. ``network=False`` leaves only loopback. ``volume`` attaches a volume kept from an
+    earlier sandbox as /workspace. ``cpu``, ``memory_mb``, ``disk_mb``: None takes the
+    host's defaults.
+    """
+
+    template: str = "base"
+    timeout: float = 300
+    envs: dict[str, str] | None = None
+    cpu: float | None = None
+    memory_mb: int | None = None
+    disk_mb: int | None = None
+    network: bool = False
+    persistent: bool = False
+    metadata: dict[str, str] | None = None
+    volume: str | None = None
+
+    def as_kwargs(self) -> dict[str, Any]:
+        """The options by name, as ``Provider.create`` and ``Engine.create`` take them."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 class SandboxInfo(BaseModel):

@@ -2,13 +2,14 @@
 
 The embedded engine implements it directly; the remote gateway client and a cluster
 provider implement the same methods, so SDK code (and the MCP server above it) never
-knows which one it talks to.
+knows which one it talks to. It lists every method the SDK calls (a test checks that the
+engine and the remote provider have each, with these parameters).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import IO, Protocol, runtime_checkable
+from typing import IO, Any, Protocol, runtime_checkable
 
 from agent_sandbox.models import (
     CodeContext,
@@ -30,12 +31,12 @@ ResultCallback = Callable[[Result], None]
 @runtime_checkable
 class Provider(Protocol):
     # lifecycle
-    def create(self, template: str = "base", timeout: float = 300,
-               envs: dict[str, str] | None = None, cpu: float | None = None,
-               memory_mb: int | None = None, disk_mb: int | None = None,
-               network: bool = False, persistent: bool = False,
-               metadata: dict[str, str] | None = None,
-               volume: str | None = None) -> SandboxInfo: ...
+    def create(self, **options: Any) -> SandboxInfo:
+        """Create and start a sandbox. ``options`` are the fields of ``CreateOptions`` by
+        keyword (the SDK passes ``CreateOptions.as_kwargs()``); unset ones take its
+        defaults."""
+        ...
+
     def info(self, sandbox_id: str) -> SandboxInfo: ...
     def list(self, template: str | None = None,
              state: str | None = None) -> list[SandboxInfo]: ...
@@ -73,6 +74,7 @@ class Provider(Protocol):
                             language: str = "python") -> CodeContext: ...
     def restart_code_context(self, sandbox_id: str,
                              context: str | CodeContext | None = None) -> None: ...
+    def list_code_contexts(self, sandbox_id: str) -> list[CodeContext]: ...
 
     # files
     def read_file(self, sandbox_id: str, path: str, offset: int = 0,

@@ -21,8 +21,6 @@ import socket
 from dataclasses import asdict, dataclass
 from typing import Any
 
-# None when this user can create a user namespace (probed once per process).
-from agent_sandbox.runtime.rootless import userns_problem
 from agent_sandbox.settings import DEFAULT_DAEMON_SOCKET, Settings, SettingsError
 
 DAEMON_GROUP = "abx"  # users in it may use the daemon
@@ -66,6 +64,14 @@ def probe_daemon(path: str, timeout: float = 1.0) -> str | None:
                 return f"nothing listens on {path} (the daemon is not running)"
             return f"cannot connect to {path}: {exc.strerror or exc}"
     return None
+
+
+def userns_problem() -> str | None:
+    """None when this user can create a user namespace (probed once per process).
+    Imported on use: a client of a remote gateway loads nothing of the rootless engine."""
+    from agent_sandbox.runtime.rootless import userns_problem as probe
+
+    return probe()
 
 
 def _fix(daemon_note: str, userns_note: str) -> str:

@@ -3,6 +3,7 @@
 from agent_sandbox.models import (
     CodeContext,
     CommandResult,
+    CreateOptions,
     EntryInfo,
     Execution,
     ExecutionError,
@@ -21,6 +22,7 @@ __all__ = [
     "CodeContext",
     "CommandHandle",
     "CommandResult",
+    "CreateOptions",
     "EntryInfo",
     "Execution",
     "ExecutionError",

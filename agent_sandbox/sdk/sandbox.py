@@ -2,15 +2,58 @@
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Callable
-from typing import Any
+from dataclasses import MISSING, fields
+from typing import Any, TypeVar
 
 from agent_sandbox.errors import RuntimeUnavailableError
-from agent_sandbox.models import CodeContext, CommandResult, Execution, Result, SandboxInfo
+from agent_sandbox.models import (
+    CodeContext,
+    CommandResult,
+    CreateOptions,
+    Execution,
+    Result,
+    SandboxInfo,
+)
 from agent_sandbox.providers import Provider, default_provider
 from agent_sandbox.sdk.commands import Commands
 from agent_sandbox.sdk.files import Files
+from agent_sandbox.sdk.twin import asks_provider
+
+F = TypeVar("F")
+_PLAIN = inspect.Parameter.POSITIONAL_OR_KEYWORD
+
+# ``create(cls, <the CreateOptions fields>, provider=None)``: built from CreateOptions,
+# so the options are listed once.
+CREATE_SIGNATURE = inspect.Signature(
+    [inspect.Parameter("cls", _PLAIN)]
+    + [inspect.Parameter(f.name, _PLAIN, annotation=f.type,
+                         default=inspect.Parameter.empty if f.default is MISSING
+                         else f.default)
+       for f in fields(CreateOptions)]
+    + [inspect.Parameter("provider", _PLAIN, default=None, annotation="Provider | None")],
+    return_annotation="Sandbox")
+
+
+def _signature(signature: inspect.Signature) -> Callable[[F], F]:
+    def give(fn: F) -> F:
+        fn.__signature__ = signature  # type: ignore[attr-defined]
+        return fn
+
+    return give
+
+
+def create_arguments(cls: type, *args: Any,
+                     **kwargs: Any) -> tuple[CreateOptions, Provider | None]:
+    """``create()``'s arguments as options and a provider (a bad argument raises the
+    TypeError a plain signature would, naming it)."""
+    bound = CREATE_SIGNATURE.bind(cls, *args, **kwargs)
+    given = dict(bound.arguments)
+    given.pop("cls")
+    provider = given.pop("provider", None)
+    return CreateOptions(**given), provider
 
 
 def code_provider(provider: Provider) -> Provider:
@@ -35,23 +78,18 @@ class Sandbox:
         self.files = Files(provider, info.sandbox_id)
 
     @classmethod
-    def create(cls, template: str = "base", timeout: float = 300,
-               envs: dict[str, str] | None = None, cpu: float | None = None,
-               memory_mb: int | None = None, disk_mb: int | None = None,
-               network: bool = False, persistent: bool = False,
-               metadata: dict[str, str] | None = None, volume: str | None = None,
-               provider: Provider | None = None) -> Sandbox:
-        """Create and start a sandbox.
+    @_signature(CREATE_SIGNATURE)
+    def create(cls, *args: Any, **kwargs: Any) -> Sandbox:
+        """Create and start a sandbox, with the options of ``CreateOptions`` (its fields
+        are this method's parameters), on ``provider`` (default: ``default_provider()``).
 
         ``timeout`` is the idle time in seconds after which it is auto-paused; every use
         extends it. ``network=False`` (default) leaves only loopback. ``volume`` attaches a
         volume kept from an earlier sandbox as /workspace.
         """
+        options, provider = create_arguments(cls, *args, **kwargs)
         provider = provider or default_provider()
-        info = provider.create(template=template, timeout=timeout, envs=envs, cpu=cpu,
-                               memory_mb=memory_mb, disk_mb=disk_mb, network=network,
-                               persistent=persistent, metadata=metadata, volume=volume)
-        return cls(info, provider)
+        return cls(provider.create(**options.as_kwargs()), provider)
 
     @classmethod
     def connect(cls, sandbox_id: str, provider: Provider | None = None) -> Sandbox:
@@ -72,6 +110,7 @@ class Sandbox:
         return self._info.template
 
     @property
+    @asks_provider
     def state(self) -> str:
         """Current state, asked afresh (the reaper may have paused it meanwhile)."""
         return self.info().state
@@ -125,8 +164,7 @@ class Sandbox:
 
     def list_code_contexts(self) -> list[CodeContext]:
         """The sandbox's code contexts (``default`` is listed once it has run a cell)."""
-        provider: Any = code_provider(self._provider)  # an engine-side extra, not in Provider
-        return provider.list_code_contexts(self.sandbox_id)
+        return code_provider(self._provider).list_code_contexts(self.sandbox_id)
 
     def custom(self, name: str, args: list[str] | None = None) -> CommandResult:
         """Run a named command the template defines."""

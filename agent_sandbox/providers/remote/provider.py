@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import signal
 from collections.abc import Callable, Iterable, Iterator
+from types import ModuleType
 from typing import IO, Any
 from urllib.parse import quote
 
@@ -18,6 +19,7 @@ from agent_sandbox.errors import InvalidArgumentError, SandboxError, error_from_
 from agent_sandbox.models import (
     CodeContext,
     CommandResult,
+    CreateOptions,
     EntryInfo,
     Execution,
     ProcessInfo,
@@ -29,9 +31,16 @@ from agent_sandbox.models import (
 )
 from agent_sandbox.providers.base import OutputCallback, ResultCallback
 from agent_sandbox.providers.remote.transport import Transport, iter_bytes
-from agent_sandbox.runtime import validate
 
 _CHUNK = 1 << 20
+
+
+def _validate() -> ModuleType:
+    """The engine's input checks (ids, numbers), imported on first use: a process that
+    only imports the SDK or builds a client loads nothing of ``agent_sandbox.runtime``."""
+    from agent_sandbox.runtime import validate
+
+    return validate
 
 
 def _stdin_fields(data: str | bytes | None, key: str = "stdin") -> dict[str, Any]:
@@ -80,21 +89,14 @@ class RemoteProvider:
     @staticmethod
     def _sb(sandbox_id: str, tail: str = "") -> str:
         # Checked here too: an id like "sbx-../x" must never become a different URL.
-        return f"/v1/sandboxes/{validate.sandbox_id(sandbox_id)}{tail}"
+        return f"/v1/sandboxes/{_validate().sandbox_id(sandbox_id)}{tail}"
 
     def _call(self, method: str, url: str, **kw: Any) -> Any:
         return self._http.request(method, url, **kw)
 
     # lifecycle --------------------------------------------------------------------------
-    def create(self, template: str = "base", timeout: float = 300,
-               envs: dict[str, str] | None = None, cpu: float | None = None,
-               memory_mb: int | None = None, disk_mb: int | None = None,
-               network: bool = False, persistent: bool = False,
-               metadata: dict[str, str] | None = None,
-               volume: str | None = None) -> SandboxInfo:
-        body = {"template": template, "timeout": timeout, "envs": envs, "cpu": cpu,
-                "memory_mb": memory_mb, "disk_mb": disk_mb, "network": network,
-                "persistent": persistent, "metadata": metadata, "volume": volume}
+    def create(self, **options: Any) -> SandboxInfo:
+        body = CreateOptions(**options).as_kwargs()  # unset options: CreateOptions' defaults
         return SandboxInfo(**self._call("POST", "/v1/sandboxes", json=body))
 
     def info(self, sandbox_id: str) -> SandboxInfo:
@@ -172,7 +174,7 @@ class RemoteProvider:
 
     def _proc(self, sandbox_id: str, pid: int, tail: str) -> str:
         if isinstance(pid, bool) or not isinstance(pid, int):
-            validate.positive(pid, "pid", allow_none=False, integer=True)
+            _validate().positive(pid, "pid", allow_none=False, integer=True)
         return self._sb(sandbox_id, f"/processes/{int(pid)}{tail}")
 
     def process_output(self, sandbox_id: str, pid: int) -> ProcessOutput:
@@ -216,7 +218,7 @@ class RemoteProvider:
             raise InvalidArgumentError("code must be a string")
         url = self._sb(sandbox_id, "/code")
         body = {"code": code, "language": language, "timeout": timeout,
-                "context": validate.code_context(context)}
+                "context": _validate().code_context(context)}
         if not (on_stdout or on_stderr or on_result):
             return Execution(**self._call("POST", url, json=body, replayable=False))
         results: list[Result] = []
@@ -245,7 +247,7 @@ class RemoteProvider:
     def restart_code_context(self, sandbox_id: str,
                              context: str | CodeContext | None = None) -> None:
         # Checked here too: an id with a "/" would be another URL (a 404), not "invalid".
-        ctx = validate.code_context(context)
+        ctx = _validate().code_context(context)
         self._call("POST", self._sb(sandbox_id, f"/code/contexts/{ctx}/restart"),
                    replayable=False)
 
