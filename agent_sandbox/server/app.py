@@ -9,7 +9,7 @@ from typing import Any
 import anyio.to_thread
 from fastapi import FastAPI
 
-from agent_sandbox.runtime.engine import Engine
+from agent_sandbox.providers.base import Provider
 from agent_sandbox.server import errors
 from agent_sandbox.server.keys import KeyStore
 from agent_sandbox.server.metrics import MetricsMiddleware
@@ -52,16 +52,17 @@ def _documented(app: FastAPI) -> Callable[[], dict[str, Any]]:
     return openapi
 
 
-def create_app(engine: Engine | None = None, keys: KeyStore | None = None,
+def create_app(engine: Provider | None = None, keys: KeyStore | None = None,
                settings: Settings | None = None) -> FastAPI:
-    """The app over ``engine`` and ``keys`` (made from ``settings`` when not given)."""
+    """The app over a provider (the embedded engine unless given) and ``keys`` (made from
+    ``settings`` when not given)."""
     if engine is None or keys is None:
         settings = settings or Settings()
     if engine is None:
         from agent_sandbox.providers.local import local_provider
 
         engine = local_provider(settings)
-    state = GatewayState(engine=engine, keys=keys or KeyStore(settings=settings))
+    state = GatewayState(provider=engine, keys=keys or KeyStore(settings=settings))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

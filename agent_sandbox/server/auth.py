@@ -86,7 +86,7 @@ def check_sandbox(state: GatewayState, who: Principal, sandbox_id: str) -> str:
     if who.admin:
         return sandbox_id
     try:
-        owner = state.engine.info(sandbox_id).owner
+        owner = state.provider.info(sandbox_id).owner
     except NotFoundError:
         owner = None
     if owner != who.owner:

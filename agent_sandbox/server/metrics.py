@@ -43,17 +43,18 @@ class Metrics:
             counts[bisect.bisect_left(BUCKETS, seconds)] += 1
             self._sum[(method, route)] += seconds
 
-    def render(self, sandbox_states: Iterable[str], disk: dict[str, int]) -> str:
+    def render(self, sandbox_states: Iterable[str], disk: dict[str, int] | None) -> str:
         lines = ["# HELP abx_sandboxes Live sandboxes by state.", "# TYPE abx_sandboxes gauge"]
         states = Counter(sandbox_states)
         for state in sorted({"running", "paused", *states}):
             lines.append(f'abx_sandboxes{{state="{state}"}} {states[state]}')
-        lines += ["# HELP abx_host_disk_free_bytes Free space on the engine's data dir.",
-                  "# TYPE abx_host_disk_free_bytes gauge",
-                  f"abx_host_disk_free_bytes {disk['free_bytes']}",
-                  "# HELP abx_host_disk_reserve_bytes Free space creates never go below.",
-                  "# TYPE abx_host_disk_reserve_bytes gauge",
-                  f"abx_host_disk_reserve_bytes {disk['reserve_bytes']}"]
+        if disk is not None:  # None: sandboxes do not live on this host
+            lines += ["# HELP abx_host_disk_free_bytes Free space on the engine's data dir.",
+                      "# TYPE abx_host_disk_free_bytes gauge",
+                      f"abx_host_disk_free_bytes {disk['free_bytes']}",
+                      "# HELP abx_host_disk_reserve_bytes Free space creates never go below.",
+                      "# TYPE abx_host_disk_reserve_bytes gauge",
+                      f"abx_host_disk_reserve_bytes {disk['reserve_bytes']}"]
         with self._lock:
             lines += ["# HELP abx_code_runs_total run_code cells by outcome.",
                       "# TYPE abx_code_runs_total counter"]

@@ -43,6 +43,13 @@ def _validate() -> ModuleType:
     return validate
 
 
+def _no_owner(owner: object) -> None:
+    """Through a gateway the tenant is the API key's owner, never the caller's word."""
+    if owner:
+        raise InvalidArgumentError("owner is decided by the gateway from your API key; "
+                                   "do not pass it to a remote provider")
+
+
 def _stdin_fields(data: str | bytes | None, key: str = "stdin") -> dict[str, Any]:
     if data is None:
         return {}
@@ -95,14 +102,17 @@ class RemoteProvider:
         return self._http.request(method, url, **kw)
 
     # lifecycle --------------------------------------------------------------------------
-    def create(self, **options: Any) -> SandboxInfo:
+    def create(self, *, owner: str = "", **options: Any) -> SandboxInfo:
+        _no_owner(owner)
         body = CreateOptions(**options).as_kwargs()  # unset options: CreateOptions' defaults
         return SandboxInfo(**self._call("POST", "/v1/sandboxes", json=body))
 
     def info(self, sandbox_id: str) -> SandboxInfo:
         return SandboxInfo(**self._call("GET", self._sb(sandbox_id)))
 
-    def list(self, template: str | None = None, state: str | None = None) -> list[SandboxInfo]:
+    def list(self, template: str | None = None, state: str | None = None,
+             owner: str | None = None) -> list[SandboxInfo]:
+        _no_owner(owner)
         params = {k: v for k, v in (("template", template), ("state", state)) if v is not None}
         return [SandboxInfo(**s) for s in self._call("GET", "/v1/sandboxes", params=params)]
 
@@ -310,3 +320,6 @@ class RemoteProvider:
         if not isinstance(volume_id, str) or not volume_id or "/" in volume_id:
             raise error_from_code("not_found", f"volume {volume_id!r} not found")
         self._call("DELETE", f"/v1/volumes/{quote(volume_id, safe='')}")
+
+    def disk_headroom(self) -> dict[str, int] | None:
+        return None  # the gateway's host: its /metrics shows it

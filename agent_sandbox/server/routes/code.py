@@ -56,7 +56,7 @@ async def run_code(sandbox_id: SandboxId, body: RunCode, state: State,
         err = (lambda t: emit({"stderr": t})) if emit else None
         res = (lambda r: emit({"result": _dump(r)})) if emit else None
         try:
-            execution = state.engine.run_code(sandbox_id, body.code, on_stdout=out,
+            execution = state.provider.run_code(sandbox_id, body.code, on_stdout=out,
                                               on_stderr=err, on_result=res, **kw)
         except SandboxError:
             state.metrics.code_run("failed")
@@ -86,19 +86,19 @@ def _dump(model: Result | Execution) -> dict[str, Any]:
 @router.get("/contexts")
 def list_code_contexts(sandbox_id: SandboxId, state: State) -> list[CodeContext]:
     """The sandbox's code contexts (`default` once it has run a cell)."""
-    return state.engine.list_code_contexts(sandbox_id)
+    return state.provider.list_code_contexts(sandbox_id)
 
 
 @router.post("/contexts", status_code=201)
 def create_code_context(sandbox_id: SandboxId, body: CreateCodeContext,
                         state: State) -> CodeContext:
     """A new, independent interpreter (its own kernel, started now)."""
-    return state.engine.create_code_context(sandbox_id, cwd=body.cwd, language=body.language)
+    return state.provider.create_code_context(sandbox_id, cwd=body.cwd, language=body.language)
 
 
 @router.post("/contexts/{context_id}/restart", status_code=204)
 def restart_code_context(sandbox_id: SandboxId, context_id: ContextId,
                          state: State) -> Response:
     """A fresh kernel for the context: its variables are lost, its cwd kept."""
-    state.engine.restart_code_context(sandbox_id, context_id)
+    state.provider.restart_code_context(sandbox_id, context_id)
     return Response(status_code=204)

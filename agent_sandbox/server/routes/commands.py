@@ -55,45 +55,45 @@ def run_command(sandbox_id: SandboxId, body: RunCommand, state: State,
     slot = state.quotas.command_slot(who.key)
     if body.stream:
         slot.__enter__()  # 429 now, as a status; released when the command ends
-        return _streamed(lambda out, err: state.engine.run(  # type: ignore[return-value]
+        return _streamed(lambda out, err: state.provider.run(  # type: ignore[return-value]
             sandbox_id, body.cmd, on_stdout=out, on_stderr=err, **kw), slot)
     with slot:
-        return state.engine.run(sandbox_id, body.cmd, **kw)
+        return state.provider.run(sandbox_id, body.cmd, **kw)
 
 
 @router.post("/processes", status_code=201)
 def start_process(sandbox_id: SandboxId, body: StartProcess, state: State) -> Started:
-    return Started(pid=state.engine.start(sandbox_id, body.cmd, cwd=body.cwd, envs=body.envs))
+    return Started(pid=state.provider.start(sandbox_id, body.cmd, cwd=body.cwd, envs=body.envs))
 
 
 @router.get("/processes")
 def list_processes(sandbox_id: SandboxId, state: State) -> list[ProcessInfo]:
-    return state.engine.processes(sandbox_id)
+    return state.provider.processes(sandbox_id)
 
 
 @router.get("/processes/{pid}/output")
 def process_output(sandbox_id: SandboxId, pid: Pid, state: State) -> ProcessOutput:
-    return state.engine.process_output(sandbox_id, pid)
+    return state.provider.process_output(sandbox_id, pid)
 
 
 @router.post("/processes/{pid}/wait", responses=_STREAM_DOC)
 def wait_process(sandbox_id: SandboxId, pid: Pid, body: WaitProcess,
                  state: State) -> CommandResult:
     if body.stream:
-        return _streamed(lambda out, err: state.engine.wait(  # type: ignore[return-value]
+        return _streamed(lambda out, err: state.provider.wait(  # type: ignore[return-value]
             sandbox_id, pid, timeout=body.timeout, on_stdout=out, on_stderr=err))
-    return state.engine.wait(sandbox_id, pid, timeout=body.timeout)
+    return state.provider.wait(sandbox_id, pid, timeout=body.timeout)
 
 
 @router.post("/processes/{pid}/kill")
 def kill_process(sandbox_id: SandboxId, pid: Pid, body: KillProcess, state: State) -> Killed:
-    return Killed(killed=state.engine.kill_process(sandbox_id, pid, int(body.signal)))
+    return Killed(killed=state.provider.kill_process(sandbox_id, pid, int(body.signal)))
 
 
 @router.post("/processes/{pid}/stdin", status_code=204)
 def send_stdin(sandbox_id: SandboxId, pid: Pid, body: SendStdin, state: State) -> Response:
     data = _bytes(body.data, body.data_base64, "data")
-    state.engine.send_stdin(sandbox_id, pid, data if data is not None else b"",
+    state.provider.send_stdin(sandbox_id, pid, data if data is not None else b"",
                             close=body.close)
     return Response(status_code=204)
 
@@ -102,4 +102,4 @@ def send_stdin(sandbox_id: SandboxId, pid: Pid, body: SendStdin, state: State) -
 def custom_command(sandbox_id: SandboxId, name: str, body: CustomCommand, state: State,
                    who: Caller) -> CommandResult:
     with state.quotas.command_slot(who.key):
-        return state.engine.custom(sandbox_id, name, body.args)
+        return state.provider.custom(sandbox_id, name, body.args)

@@ -53,7 +53,7 @@ def download(sandbox_id: SandboxId, state: State, path: File, offset: Offset = 0
              limit: Limit = None) -> StreamingResponse:
     # The engine reads the first chunk eagerly: a missing file is a 404 status, not a
     # broken stream. The rest is pulled chunk by chunk as the client reads.
-    chunks = state.engine.read_file(sandbox_id, path, offset=offset, limit=limit)
+    chunks = state.provider.read_file(sandbox_id, path, offset=offset, limit=limit)
     return StreamingResponse(chunks, media_type="application/octet-stream")
 
 
@@ -64,39 +64,39 @@ async def upload(sandbox_id: SandboxId, state: State, request: Request, path: Ne
                  mode: Mode = 0o644) -> Written:
     chunks = request_chunks(request.stream())
     size = await anyio.to_thread.run_sync(
-        lambda: state.engine.write_file(sandbox_id, path, chunks, mode=mode))
+        lambda: state.provider.write_file(sandbox_id, path, chunks, mode=mode))
     return Written(size=size)
 
 
 @router.get("")
 def list_files(sandbox_id: SandboxId, state: State, path: FilePath,
                depth: Depth = 1) -> list[EntryInfo]:
-    return state.engine.list_files(sandbox_id, path, depth=depth)
+    return state.provider.list_files(sandbox_id, path, depth=depth)
 
 
 @router.get("/stat")
 def stat(sandbox_id: SandboxId, state: State, path: FilePath) -> EntryInfo:
-    return state.engine.stat(sandbox_id, path)
+    return state.provider.stat(sandbox_id, path)
 
 
 @router.get("/exists")
 def exists(sandbox_id: SandboxId, state: State, path: FilePath) -> Exists:
-    return Exists(exists=state.engine.exists(sandbox_id, path))
+    return Exists(exists=state.provider.exists(sandbox_id, path))
 
 
 @router.post("/mkdir", status_code=204)
 def make_dir(sandbox_id: SandboxId, state: State, body: PathBody) -> Response:
-    state.engine.make_dir(sandbox_id, body.path)
+    state.provider.make_dir(sandbox_id, body.path)
     return Response(status_code=204)
 
 
 @router.delete("", status_code=204)
 def remove(sandbox_id: SandboxId, state: State, path: File) -> Response:
-    state.engine.remove(sandbox_id, path)
+    state.provider.remove(sandbox_id, path)
     return Response(status_code=204)
 
 
 @router.post("/rename", status_code=204)
 def rename(sandbox_id: SandboxId, state: State, body: RenameBody) -> Response:
-    state.engine.rename(sandbox_id, body.src, body.dst)
+    state.provider.rename(sandbox_id, body.src, body.dst)
     return Response(status_code=204)

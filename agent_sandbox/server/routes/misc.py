@@ -15,12 +15,12 @@ router = APIRouter()
 
 @router.get("/v1/templates", tags=["templates"])
 def list_templates(state: State, who: Caller) -> list[TemplateInfo]:
-    return state.engine.list_templates()
+    return state.provider.list_templates()
 
 
 @router.get("/v1/volumes", tags=["volumes"])
 def list_volumes(state: State, who: Caller) -> list[VolumeInfo]:
-    volumes = state.engine.list_volumes()
+    volumes = state.provider.list_volumes()
     if who.admin:
         return volumes
     return [v for v in volumes if state.keys.volume_owner(v.volume_id) == who.owner]
@@ -29,7 +29,7 @@ def list_volumes(state: State, who: Caller) -> list[VolumeInfo]:
 @router.delete("/v1/volumes/{volume_id}", tags=["volumes"], status_code=204)
 def delete_volume(volume_id: str, state: State, who: Caller) -> Response:
     check_volume(state, who, volume_id)
-    state.engine.delete_volume(volume_id)
+    state.provider.delete_volume(volume_id)
     state.keys.forget_volume(volume_id)
     return Response(status_code=204)
 
@@ -37,13 +37,13 @@ def delete_volume(volume_id: str, state: State, who: Caller) -> Response:
 @router.get("/health", tags=["service"])
 def health(state: State) -> Health:
     """Unauthenticated liveness: the engine's state database answers."""
-    return Health(status="ok", sandboxes=len(state.engine.list()))
+    return Health(status="ok", sandboxes=len(state.provider.list()))
 
 
 @router.get("/metrics", tags=["service"], response_class=PlainTextResponse)
 def metrics(state: State, who: Caller) -> PlainTextResponse:
     """Prometheus text format; an admin key (or an open gateway) only."""
     require_admin(who)
-    states = [s.state for s in state.engine.list()]
-    return PlainTextResponse(state.metrics.render(states, state.engine.disk_headroom()),
+    states = [s.state for s in state.provider.list()]
+    return PlainTextResponse(state.metrics.render(states, state.provider.disk_headroom()),
                              media_type="text/plain; version=0.0.4")

@@ -16,7 +16,7 @@ router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
 
 @router.post("", status_code=201)
 def create_sandbox(body: CreateSandbox, state: State, who: Caller) -> SandboxInfo:
-    engine = state.engine
+    engine = state.provider
     if body.volume is not None:
         check_volume(state, who, body.volume)
 
@@ -34,41 +34,41 @@ def list_sandboxes(state: State, who: Caller, template: str | None = None,
                    state_: Annotated[str | None, Query(alias="state", json_schema_extra={
                        "enum": list(SANDBOX_STATES)})] = None) -> list[SandboxInfo]:
     owner = None if who.admin else who.owner
-    return state.engine.list(template=template, state=state_, owner=owner)
+    return state.provider.list(template=template, state=state_, owner=owner)
 
 
 @router.get("/{sandbox_id}")
 def get_sandbox(sandbox_id: SandboxId, state: State) -> SandboxInfo:
-    return state.engine.info(sandbox_id)
+    return state.provider.info(sandbox_id)
 
 
 @router.post("/{sandbox_id}/pause")
 def pause_sandbox(sandbox_id: SandboxId, state: State) -> SandboxInfo:
-    return state.engine.pause(sandbox_id)
+    return state.provider.pause(sandbox_id)
 
 
 @router.post("/{sandbox_id}/resume")
 def resume_sandbox(sandbox_id: SandboxId, state: State) -> SandboxInfo:
-    return state.engine.resume(sandbox_id)
+    return state.provider.resume(sandbox_id)
 
 
 @router.post("/{sandbox_id}/reset-rootfs")
 def reset_rootfs(sandbox_id: SandboxId, state: State) -> SandboxInfo:
-    return state.engine.reset_rootfs(sandbox_id)
+    return state.provider.reset_rootfs(sandbox_id)
 
 
 @router.put("/{sandbox_id}/timeout", status_code=204)
 @router.post("/{sandbox_id}/timeout", status_code=204)
 def set_timeout(sandbox_id: SandboxId, body: SetTimeout, state: State) -> Response:
-    state.engine.set_timeout(sandbox_id, body.timeout)
+    state.provider.set_timeout(sandbox_id, body.timeout)
     return Response(status_code=204)
 
 
 @router.delete("/{sandbox_id}", status_code=204)
 def delete_sandbox(sandbox_id: SandboxId, state: State,
                    delete_volumes: bool = False) -> Response:
-    volume_id = state.engine.info(sandbox_id).volume_id
-    state.engine.kill(sandbox_id, delete_volume=delete_volumes)
+    volume_id = state.provider.info(sandbox_id).volume_id
+    state.provider.kill(sandbox_id, delete_volume=delete_volumes)
     if delete_volumes:
         state.keys.forget_volume(volume_id)
     return Response(status_code=204)
