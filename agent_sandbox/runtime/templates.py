@@ -32,13 +32,13 @@ from typing import Any
 from agent_sandbox.errors import InvalidArgumentError, NotFoundError, RuntimeUnavailableError
 from agent_sandbox.runtime import oci_image
 from agent_sandbox.runtime.oci_image import ProgressFn, resolve_in_root
+from agent_sandbox.runtime.validate import is_env_name
 
 BASE = "base"
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 _USR_MERGED_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 # Host files always hidden, whatever their mode.
 _ALWAYS_MASKED = ("shadow", "shadow-", "gshadow", "gshadow-", "machine-id")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Where every sandbox sees the host's /usr, read-only: the guest agent runs from it.
 HOST_USR = "/.abx/hostusr"
 
@@ -436,7 +436,7 @@ def _check_env(env: Any) -> dict[str, str]:
     if env is None:
         return {}
     if not isinstance(env, dict) or not all(
-            isinstance(k, str) and _ENV_NAME_RE.match(k) and isinstance(v, str)
+            is_env_name(k) and isinstance(v, str)
             and "\x00" not in v for k, v in env.items()):
         raise InvalidArgumentError("env must map variable names to strings")
     return dict(env)
