@@ -1,19 +1,46 @@
-"""Checking tool arguments, with messages a model can act on.
+"""Tool arguments: one pydantic model per tool is both the schema clients see and the check.
 
-Every message names the tool and the argument, says what is expected and shows what was
-given, capped (a few MiB of argument never comes back in an error) and ASCII-safe.
+``ToolArgs`` subclasses (in ``tool_args``) declare each argument once; ``tool_schema`` turns
+one into the plain object schema MCP clients take, and ``parse_args`` validates a call's
+arguments with the same model. Every refusal names the tool and the argument, says what is
+accepted and shows what was given, capped (a few MiB of argument never comes back in an
+error) and ASCII-safe.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from agent_sandbox.errors import InvalidArgumentError
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _SHOWN = 80  # characters of a bad value shown back
+_MAX_REPORTED = 5  # problems listed in one refusal
+REFUSAL = "tool_argument"  # the pydantic error type of a validator's own message
+
+
+class ToolArgs(BaseModel):
+    """A tool's arguments. Strict: no string is taken for a number, no 1 for true; NaN and
+    the infinities are refused; unknown names are refused before the model sees them."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, frozen=True)
+
+    # What to add when a required argument is missing: "(may be empty)".
+    required_hints: ClassVar[dict[str, str]] = {}
+
+
+Args = TypeVar("Args", bound=ToolArgs)
+
+
+def refuse(want: str = "", *, says: str = "") -> PydanticCustomError:
+    """A validator's refusal: ``want`` reads "'arg' must be <want>, got <value>"; ``says``
+    replaces everything after "'arg'"."""
+    return PydanticCustomError(REFUSAL, "{want}{says}", {"want": want, "says": says})
 
 
 def shown(value: Any) -> str:
@@ -31,9 +58,38 @@ def shown(value: Any) -> str:
     return text
 
 
-def _plain(number: float) -> str:
-    return f"{number:g}" if isinstance(number, float) and number < 1e16 else str(number)
+# ---- the schema clients see -----------------------------------------------------------------
 
+def _plain_property(prop: dict[str, Any]) -> dict[str, Any]:
+    """One property as clients take it: ``X | None`` is just X (a null means "the default"),
+    no titles, no defaults (the descriptions say them)."""
+    prop = dict(prop)
+    branches = [b for b in prop.pop("anyOf", []) if b != {"type": "null"}]
+    if len(branches) > 1:
+        raise TypeError(f"an argument must have one schema, got {branches}")
+    if branches:
+        prop = {**branches[0], **prop}
+    for noise in ("title", "default"):
+        prop.pop(noise, None)
+    return prop
+
+
+def tool_schema(model: type[ToolArgs]) -> dict[str, Any]:
+    """The tool's input schema: a flat object schema (no $defs, no anyOf)."""
+    generated = model.model_json_schema()
+    if "$defs" in generated:
+        raise TypeError(f"{model.__name__}: tool arguments must not nest models")
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {name: _plain_property(prop)
+                       for name, prop in generated["properties"].items()},
+        "additionalProperties": False}
+    if generated.get("required"):
+        schema["required"] = list(generated["required"])
+    return schema
+
+
+# ---- checking a call's arguments ------------------------------------------------------------
 
 def _surrogate_in(value: Any) -> str | None:
     """Where in ``value`` (a JSON value) an unpaired UTF-16 surrogate hides, if anywhere."""
@@ -53,109 +109,78 @@ def _surrogate_in(value: Any) -> str | None:
     return None
 
 
-class Args:
-    """``accepted``: the tool's input-schema properties (their ``minimum``, ``maximum`` and
-    ``maxLength`` are enforced, so the schema a client sees is the rule), or bare names."""
-
-    def __init__(self, tool: str, raw: dict[str, Any] | None,
-                 accepted: set[str] | dict[str, Any]) -> None:
-        self.tool = tool
-        self.raw = dict(raw or {})
-        self.schema: dict[str, Any] = accepted if isinstance(accepted, dict) else {}
-        for name, value in self.raw.items():
-            if _SURROGATE.search(name):
-                raise InvalidArgumentError(
-                    f"{tool}: an argument name ({ascii(name[:40])}) contains an unpaired UTF-16 "
-                    "surrogate, which is not valid Unicode")
-            where = _surrogate_in(value)
-            if where is not None:
-                raise InvalidArgumentError(
-                    f"{tool}: '{name}' contains an unpaired UTF-16 surrogate (in {where}), "
-                    "which is not valid Unicode; send valid text (binary data as base64)")
-        unknown = sorted(set(self.raw) - set(accepted))
-        if unknown:
-            names = ", ".join(shown(n) for n in unknown[:5]) + (
-                f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+def _refuse_unreadable(tool: str, raw: dict[str, Any], accepted: set[str]) -> None:
+    """Text that is not valid Unicode, then names the tool does not take."""
+    for name, value in raw.items():
+        if _SURROGATE.search(name):
             raise InvalidArgumentError(
-                f"{tool} got unknown argument(s) {names}; it accepts: "
-                f"{', '.join(sorted(accepted)) or 'none'}")
+                f"{tool}: an argument name ({ascii(name[:40])}) contains an unpaired UTF-16 "
+                "surrogate, which is not valid Unicode")
+        where = _surrogate_in(value)
+        if where is not None:
+            raise InvalidArgumentError(
+                f"{tool}: '{name}' contains an unpaired UTF-16 surrogate (in {where}), "
+                "which is not valid Unicode; send valid text (binary data as base64)")
+    unknown = sorted(set(raw) - accepted)
+    if unknown:
+        names = ", ".join(shown(n) for n in unknown[:5]) + (
+            f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        raise InvalidArgumentError(
+            f"{tool} got unknown argument(s) {names}; it accepts: "
+            f"{', '.join(sorted(accepted)) or 'none'}")
 
-    def _bad(self, name: str, want: str) -> InvalidArgumentError:
-        return InvalidArgumentError(f"{self.tool}: '{name}' must be {want}, "
-                                    f"got {shown(self.raw.get(name))}")
 
-    def str(self, name: str, default: str | None = None, *, required: bool = False) -> Any:
-        value = self.raw.get(name)
-        max_len = self.schema.get(name, {}).get("maxLength")
-        if value is None:
-            if required:
-                raise InvalidArgumentError(f"{self.tool}: '{name}' is required")
-            return default
-        if not isinstance(value, str):
-            raise self._bad(name, "a string")
-        if required and not value:
-            raise InvalidArgumentError(f"{self.tool}: '{name}' must not be empty")
-        if max_len is not None and len(value) > max_len:
-            raise self._bad(name, f"at most {max_len} characters long")
-        return value
+def _plain(number: float) -> str:
+    return f"{number:g}" if isinstance(number, float) and number < 1e16 else str(number)
 
-    def bool(self, name: str, default: bool = False) -> bool:
-        value = self.raw.get(name)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise self._bad(name, "true or false")
-        return value
 
-    def num(self, name: str, default: float | None = None) -> Any:
-        """A finite number within the schema's [minimum, maximum] (whole if "integer")."""
-        value = self.raw.get(name)
-        if value is None:
-            return default
-        rule = self.schema[name]
-        integer = rule["type"] == "integer"
-        minimum, maximum = rule["minimum"], rule["maximum"]
-        kind = "a whole number" if integer else "a finite number"
-        want = f"{kind} between {_plain(minimum)} and {_plain(maximum)}"
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise self._bad(name, want)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise self._bad(name, want)
-        if not minimum <= value <= maximum:
-            raise self._bad(name, want)
-        if integer and isinstance(value, float) and not value.is_integer():
-            raise self._bad(name, want)
-        return int(value) if integer else value
+def _accepted(prop: dict[str, Any]) -> str:
+    """What a property accepts, in words, from the schema clients see."""
+    if "enum" in prop:
+        return " or ".join(repr(option) for option in prop["enum"])
+    kind = prop.get("type")
+    if kind in ("integer", "number"):
+        what = "a whole number" if kind == "integer" else "a finite number"
+        return f"{what} between {_plain(prop['minimum'])} and {_plain(prop['maximum'])}"
+    if kind == "boolean":
+        return "true or false"
+    if kind == "object":
+        return "an object of string names to string values"
+    return "a string"
 
-    def envs(self, name: str = "envs") -> dict[str, str] | None:
-        value = self.raw.get(name)
-        if value is None:
-            return None
-        if not isinstance(value, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-            raise InvalidArgumentError(f"{self.tool}: '{name}' must be an object of string "
-                                       f"names to string values, got {shown(value)}")
-        return value
 
-    def choice(self, name: str, options: tuple[str, ...]) -> str:
-        value = self.str(name, options[0])
-        if value not in options:
-            raise self._bad(name, " or ".join(repr(o) for o in options))
-        return value
+def _problem(model: type[ToolArgs], schema: dict[str, Any], raw: dict[str, Any],
+             error: ErrorDetails) -> str:
+    name = str(error["loc"][0]) if error["loc"] else "arguments"
+    kind, ctx = error["type"], error.get("ctx") or {}
+    if kind == "missing":
+        hint = model.required_hints.get(name)
+        return f"'{name}' is required" + (f" ({hint})" if hint else "")
+    if kind == "string_too_short":
+        return f"'{name}' must not be empty"
+    if kind == REFUSAL and ctx.get("says"):
+        return f"'{name}' {ctx['says']}"
+    if kind == REFUSAL:
+        want = ctx["want"]
+    elif kind == "string_too_long":
+        want = f"at most {ctx['max_length']} characters long"
+    else:
+        want = _accepted(schema["properties"].get(name, {}))
+    return f"'{name}' must be {want}, got {shown(raw.get(name))}"
 
-    def mode(self, name: str = "mode", default: int = 0o644) -> int:
-        """A permission mode: an octal string ('0644', '0o755', '644') or its integer value."""
-        value = self.raw.get(name)
-        if value is None:
-            return default
-        if isinstance(value, str):
-            text = value.strip().lower().removeprefix("0o")
-            if not 0 < len(text) <= 6:
-                raise self._bad(name, "an octal string such as '0644'")
-            try:
-                value = int(text, 8)
-            except ValueError:
-                raise self._bad(name, "an octal string such as '0644'") from None
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0o7777:
-            raise self._bad(name, "an octal string such as '0644' (or its integer value, 420)")
-        return value
+
+def parse_args(tool: str, model: type[Args], raw: dict[str, Any] | None) -> Args:
+    """``raw`` checked by ``model``; an argument sent as null is taken as left out."""
+    raw = raw or {}
+    _refuse_unreadable(tool, raw, set(model.model_fields))
+    given = {name: value for name, value in raw.items() if value is not None}
+    try:
+        return model.model_validate(given)
+    except ValidationError as exc:
+        schema = tool_schema(model)
+        problems: list[str] = []
+        for error in exc.errors(include_url=False, include_input=False):
+            problem = _problem(model, schema, given, error)
+            if problem not in problems:
+                problems.append(problem)
+        raise InvalidArgumentError(f"{tool}: " + "; ".join(problems[:_MAX_REPORTED])) from None

@@ -7,16 +7,8 @@ import binascii
 import posixpath
 from typing import Any
 
-from agent_sandbox.agent.args import Args
-from agent_sandbox.agent.toolkit import (
-    MAX_BYTE,
-    PATH,
-    SANDBOX_ID,
-    CallContext,
-    ToolOutput,
-    ToolSpec,
-    sandbox_for,
-)
+from agent_sandbox.agent.tool_args import ListFilesArgs, ReadFileArgs, WriteFileArgs
+from agent_sandbox.agent.toolkit import CallContext, ToolOutput, ToolSpec, sandbox_for
 from agent_sandbox.errors import InvalidArgumentError
 
 
@@ -35,15 +27,12 @@ def _decode_utf8(data: bytes, path: str) -> str:
                                    "encoding='base64'") from None
 
 
-async def read_file(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
-    a = Args("read_file", raw, READ_FILE.properties)
-    path = _abs(a.str("path", required=True))
-    encoding = a.choice("encoding", ("utf-8", "base64"))
-    offset = a.num("offset", 0)
-    limit = a.num("limit")
+async def read_file(ctx: CallContext, a: ReadFileArgs) -> ToolOutput:
+    path = _abs(a.path)
+    encoding, offset, limit = a.encoding, a.offset, a.limit
     budget = ctx.config.output_budget if encoding == "utf-8" else ctx.config.output_budget * 3 // 4
     want = budget if limit is None else min(limit, budget)
-    sb = await sandbox_for(ctx, a.str("sandbox_id"))
+    sb = await sandbox_for(ctx, a.sandbox_id)
     buf = bytearray()
     pos = 0
     more = False
@@ -75,33 +64,27 @@ async def read_file(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
     return ToolOutput(text, info)
 
 
-async def write_file(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
-    a = Args("write_file", raw, WRITE_FILE.properties)
-    path = _abs(a.str("path", required=True))
-    content = a.str("content", required=False)
-    if content is None:
-        raise InvalidArgumentError("write_file: 'content' is required (may be empty)")
-    encoding = a.choice("encoding", ("utf-8", "base64"))
-    mode = a.mode()
-    if encoding == "base64":
+async def write_file(ctx: CallContext, a: WriteFileArgs) -> ToolOutput:
+    path = _abs(a.path)
+    mode = a.mode
+    if a.encoding == "base64":
         try:
-            data: str | bytes = base64.b64decode(content, validate=True)
+            data: str | bytes = base64.b64decode(a.content, validate=True)
         except (binascii.Error, ValueError):
             raise InvalidArgumentError("write_file: 'content' is not valid base64") from None
     else:
-        data = content
-    sb = await sandbox_for(ctx, a.str("sandbox_id"))
+        data = a.content
+    sb = await sandbox_for(ctx, a.sandbox_id)
     size = await sb.files.write(path, data, mode=mode)
     return ToolOutput(f"Wrote {size} bytes to {path} (mode {mode:04o}).",
                       {"sandbox_id": sb.sandbox_id, "path": path, "bytes": size,
                        "mode": f"{mode:04o}"})
 
 
-async def list_files(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
-    a = Args("list_files", raw, LIST_FILES.properties)
-    path = _abs(a.str("path", "/workspace"))
-    depth = a.num("depth", 1)
-    sb = await sandbox_for(ctx, a.str("sandbox_id"))
+async def list_files(ctx: CallContext, a: ListFilesArgs) -> ToolOutput:
+    path = _abs(a.path)
+    depth = a.depth
+    sb = await sandbox_for(ctx, a.sandbox_id)
     entries = await sb.files.list(path, depth=depth)
     rows: list[dict[str, Any]] = []
     lines: list[str] = []
@@ -127,36 +110,16 @@ READ_FILE = ToolSpec(
     "Read a file from a sandbox. Text comes back as UTF-8; use encoding='base64' for binary "
     "files. Large files are returned in pieces: use offset and limit (bytes), and the result's "
     "next_offset to continue.",
-    {"path": {**PATH, "description": "Absolute path, or relative to /workspace."},
-     "encoding": {"type": "string", "enum": ["utf-8", "base64"], "description": "Default "
-                  "utf-8."},
-     "offset": {"type": "integer", "minimum": 0, "maximum": MAX_BYTE,
-                "description": "First byte to read (default 0)."},
-     "limit": {"type": "integer", "minimum": 1, "maximum": MAX_BYTE,
-               "description": "Most bytes to read."},
-     "sandbox_id": SANDBOX_ID},
-    read_file, required=("path",), read_only=True)
+    ReadFileArgs, read_file, read_only=True)
 
 WRITE_FILE = ToolSpec(
     "write_file",
     "Create or replace a file in a sandbox (parent directories are made). Content is UTF-8 "
     "text, or base64 with encoding='base64' for binary data. Returns the size written.",
-    {"path": {**PATH, "description": "Absolute path, or relative to /workspace."},
-     "content": {"type": "string", "description": "The whole new content."},
-     "encoding": {"type": "string", "enum": ["utf-8", "base64"], "description": "Default "
-                  "utf-8."},
-     "mode": {"type": ["string", "integer"], "minimum": 0, "maximum": 0o7777,
-              "description": "Permissions as an octal string, "
-              "e.g. '0755' (default '0644'); an integer is taken as the numeric value (420)."},
-     "sandbox_id": SANDBOX_ID},
-    write_file, required=("path", "content"))
+    WriteFileArgs, write_file)
 
 LIST_FILES = ToolSpec(
     "list_files",
     "List a directory in a sandbox: type, permissions, size and path of each entry. depth > 1 "
     "descends into subdirectories.",
-    {"path": {**PATH, "description": "Directory (default /workspace)."},
-     "depth": {"type": "integer", "minimum": 1, "maximum": 64,
-               "description": "Levels to descend (default 1)."},
-     "sandbox_id": SANDBOX_ID},
-    list_files, read_only=True)
+    ListFilesArgs, list_files, read_only=True)

@@ -216,7 +216,7 @@ async def _run(spec: ToolSpec, call: CallContext, args: dict[str, Any],
                ctx: ServerRequestContext[Any, Any]) -> ToolOutput:
     token = (ctx.meta or {}).get("progress_token")
     if token is None:
-        return await spec.handler(call, args)
+        return await spec.call(call, args)
 
     async def send(progress: float, message: str) -> None:
         await ctx.session.report_progress(progress, None, message)
@@ -224,6 +224,6 @@ async def _run(spec: ToolSpec, call: CallContext, args: dict[str, Any],
     streamer = ProgressStreamer(send)
     call.progress = streamer.push
     try:
-        return await spec.handler(call, args)
+        return await spec.call(call, args)
     finally:
         await streamer.close()

@@ -1,5 +1,5 @@
-"""What every tool is built from: the call context, the output, the spec, argument-schema
-pieces and limits, and the shared helpers (the session's default sandbox, output budgets).
+"""What every tool is built from: the call context, the output, the spec, and the shared
+helpers (the session's default sandbox, output budgets).
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_sandbox.agent.args import ToolArgs, parse_args, tool_schema
 from agent_sandbox.agent.config import CODE_TEMPLATE, AgentConfig
 from agent_sandbox.agent.output import OUTPUT_DIR, cut, split_budget
 from agent_sandbox.agent.sessions import SessionState
@@ -35,42 +36,27 @@ class ToolOutput:
     images: list[tuple[str, str]] = field(default_factory=list)
 
 
-Handler = Callable[[CallContext, dict[str, Any]], Awaitable[ToolOutput]]
+# (call context, the tool's checked arguments: an instance of its ToolSpec.args)
+Handler = Callable[[CallContext, Any], Awaitable[ToolOutput]]
 
 
 @dataclass(frozen=True)
 class ToolSpec:
     name: str
     description: str
-    properties: dict[str, Any]
+    args: type[ToolArgs]  # the one definition of its arguments: schema and check
     handler: Handler
-    required: tuple[str, ...] = ()
     read_only: bool = False
     destructive: bool = False
 
     def input_schema(self) -> dict[str, Any]:
-        schema: dict[str, Any] = {"type": "object", "properties": self.properties,
-                                  "additionalProperties": False}
-        if self.required:
-            schema["required"] = list(self.required)
-        return schema
+        return tool_schema(self.args)
 
-    def accepted(self) -> set[str]:
-        return set(self.properties)
+    async def call(self, ctx: CallContext, raw: dict[str, Any] | None) -> ToolOutput:
+        return await self.handler(ctx, parse_args(self.name, self.args, raw))
 
 
 # ---- helpers ------------------------------------------------------------------------------
-
-SANDBOX_ID = {"type": "string", "maxLength": 128, "description": "Sandbox to use. Omit to use "
-              "this session's default sandbox (created on first use)."}
-SANDBOX_ID_REQUIRED = {"type": "string", "maxLength": 128, "description": "The sandbox's id "
-                       "(from create_sandbox or list_sandboxes)."}
-PATH = {"type": "string", "maxLength": 4096}
-MAX_TIMEOUT = 86400  # a day: commands and code cells
-MAX_IDLE = 30 * 86400  # the engine's cap on a sandbox's idle timeout
-MAX_BYTE = (1 << 53) - 1  # offsets: the largest integer every JSON client keeps exactly
-MAX_PID = 1 << 22  # Linux's PID_MAX_LIMIT
-
 
 def public_info(info: SandboxInfo) -> dict[str, Any]:
     data = info.model_dump(exclude={"envs"})

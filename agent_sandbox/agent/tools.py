@@ -2,9 +2,10 @@
 
 Each tool takes a ``CallContext`` (session, settings, progress sink) and its arguments, and
 returns a ``ToolOutput``: text for the model plus the same facts as structured data. Failures
-are raised as ``SandboxError``; the server turns them into ``isError`` results. Arguments
-are checked against the tool's input schema (``Args``). The file tools live in
-``file_tools``, the shared pieces in ``toolkit``.
+are raised as ``SandboxError``; the server turns them into ``isError`` results. Each tool's
+arguments are one model in ``tool_args`` (its input schema and its check; ``ToolSpec.call``
+checks them before the handler runs). The file tools live in ``file_tools``, the shared
+pieces in ``toolkit``.
 """
 
 from __future__ import annotations
@@ -12,16 +13,18 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from agent_sandbox.agent.args import Args
 from agent_sandbox.agent.file_tools import LIST_FILES, READ_FILE, WRITE_FILE
 from agent_sandbox.agent.output import cut
+from agent_sandbox.agent.tool_args import (
+    CreateSandboxArgs,
+    KillSandboxArgs,
+    ListSandboxesArgs,
+    ProcessArgs,
+    RunCodeArgs,
+    RunCommandArgs,
+    SandboxArgs,
+)
 from agent_sandbox.agent.toolkit import (
-    MAX_IDLE,
-    MAX_PID,
-    MAX_TIMEOUT,
-    PATH,
-    SANDBOX_ID,
-    SANDBOX_ID_REQUIRED,
     CallContext,
     ToolOutput,
     ToolSpec,
@@ -39,17 +42,16 @@ __all__ = ["ALL_TOOLS", "PRESETS", "CallContext", "ToolOutput", "ToolSpec", "res
 
 # ---- lifecycle ----------------------------------------------------------------------------
 
-async def create_sandbox(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
-    a = Args("create_sandbox", raw, CREATE_SANDBOX.properties)
-    persistent = a.bool("persistent")
+async def create_sandbox(ctx: CallContext, a: CreateSandboxArgs) -> ToolOutput:
+    persistent = a.persistent
     sb = await AsyncSandbox.create(
-        template=a.str("template", ctx.config.template),
-        timeout=a.num("timeout", 300),
-        envs=a.envs(),
-        network=a.bool("network"),
+        template=ctx.config.template if a.template is None else a.template,
+        timeout=a.timeout,
+        envs=a.envs,
+        network=a.network,
         persistent=persistent,
-        memory_mb=a.num("memory_mb"),
-        cpu=a.num("cpu"),
+        memory_mb=a.memory_mb,
+        cpu=a.cpu,
         metadata={"mcp_session": ctx.session.session_id[:64]},
     )
     was_default = ctx.session.default_id is None
@@ -61,9 +63,8 @@ async def create_sandbox(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
                       {"sandbox": public_info(info), "default": was_default})
 
 
-async def list_sandboxes(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
-    a = Args("list_sandboxes", raw, LIST_SANDBOXES.properties)
-    infos = await AsyncSandbox.list(template=a.str("template"), state=a.str("state"))
+async def list_sandboxes(ctx: CallContext, a: ListSandboxesArgs) -> ToolOutput:
+    infos = await AsyncSandbox.list(template=a.template, state=a.state)
     mine = [i for i in infos if ctx.session.may_see(i.sandbox_id, i.persistent)]
     default = ctx.session.default_id
     lines = [("* " if i.sandbox_id == default else "  ") + describe(i) for i in mine]
@@ -72,10 +73,8 @@ async def list_sandboxes(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
     return ToolOutput(text, {"sandboxes": [public_info(i) for i in mine], "default": default})
 
 
-async def _lifecycle(ctx: CallContext, raw: dict[str, Any], spec: ToolSpec,
-                     verb: str) -> ToolOutput:
-    a = Args(spec.name, raw, spec.properties)
-    sb = await ctx.session.resolve(a.str("sandbox_id", required=True))
+async def _lifecycle(ctx: CallContext, a: SandboxArgs, spec: ToolSpec, verb: str) -> ToolOutput:
+    sb = await ctx.session.resolve(a.sandbox_id)
     ctx.sandbox_id = sb.sandbox_id
     await getattr(sb, verb)()
     info = await sb.info()
@@ -83,23 +82,21 @@ async def _lifecycle(ctx: CallContext, raw: dict[str, Any], spec: ToolSpec,
                       {"sandbox": public_info(info)})
 
 
-async def pause_sandbox(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
-    return await _lifecycle(ctx, raw, PAUSE_SANDBOX, "pause")
+async def pause_sandbox(ctx: CallContext, a: SandboxArgs) -> ToolOutput:
+    return await _lifecycle(ctx, a, PAUSE_SANDBOX, "pause")
 
 
-async def resume_sandbox(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
-    return await _lifecycle(ctx, raw, RESUME_SANDBOX, "resume")
+async def resume_sandbox(ctx: CallContext, a: SandboxArgs) -> ToolOutput:
+    return await _lifecycle(ctx, a, RESUME_SANDBOX, "resume")
 
 
-async def reset_rootfs(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
-    return await _lifecycle(ctx, raw, RESET_ROOTFS, "reset_rootfs")
+async def reset_rootfs(ctx: CallContext, a: SandboxArgs) -> ToolOutput:
+    return await _lifecycle(ctx, a, RESET_ROOTFS, "reset_rootfs")
 
 
-async def kill_sandbox(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
-    a = Args("kill_sandbox", raw, KILL_SANDBOX.properties)
-    sandbox_id = a.str("sandbox_id", required=True)
-    delete = a.bool("delete_volumes")
-    sb = await ctx.session.resolve(sandbox_id)
+async def kill_sandbox(ctx: CallContext, a: KillSandboxArgs) -> ToolOutput:
+    delete = a.delete_volumes
+    sb = await ctx.session.resolve(a.sandbox_id)
     ctx.sandbox_id = sb.sandbox_id
     await sb.kill(delete_volume=delete)
     ctx.session.forget(sb.sandbox_id)
@@ -113,13 +110,9 @@ async def kill_sandbox(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
 _IMAGE_FORMATS = (("png", "image/png"), ("jpeg", "image/jpeg"))
 
 
-async def run_code(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
-    a = Args("run_code", raw, RUN_CODE.properties)
-    code = a.str("code", required=True)
-    language = a.str("language", "python")
-    timeout = a.num("timeout", 60)
-    context = a.str("context")
-    sb = await sandbox_for(ctx, a.str("sandbox_id"), needs_kernel=True)
+async def run_code(ctx: CallContext, a: RunCodeArgs) -> ToolOutput:
+    code, language, timeout, context = a.code, a.language, a.timeout, a.context
+    sb = await sandbox_for(ctx, a.sandbox_id, needs_kernel=True)
     sink = ctx.progress
     on_out = (lambda t: sink("stdout", t)) if sink else None
     on_err = (lambda t: sink("stderr", t)) if sink else None
@@ -192,15 +185,10 @@ def _command_text(exit_code: int | None, streams: dict[str, str], extra: str = "
     return "\n".join(parts)
 
 
-async def run_command(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
-    a = Args("run_command", raw, RUN_COMMAND.properties)
-    command = a.str("command", required=True)
-    workdir = a.str("workdir", "/workspace")
-    envs = a.envs()
-    timeout = a.num("timeout", 60)
-    background = a.bool("background")
-    sb = await sandbox_for(ctx, a.str("sandbox_id"))
-    if background:
+async def run_command(ctx: CallContext, a: RunCommandArgs) -> ToolOutput:
+    command, workdir, envs, timeout = a.command, a.workdir, a.envs, a.timeout
+    sb = await sandbox_for(ctx, a.sandbox_id)
+    if a.background:
         handle = await sb.commands.run(command, cwd=workdir, envs=envs, background=True)
         assert isinstance(handle, AsyncCommandHandle)
         return ToolOutput(
@@ -217,20 +205,16 @@ async def run_command(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
     took = round((time.monotonic() - started) * 1000, 1)
     streams, saved = await fit_streams(sb, ctx, {"stdout": result.stdout,
                                                   "stderr": result.stderr})
-    extra = f"timed out after {timeout} s and was killed" if result.timed_out else ""
+    extra = f"timed out after {timeout:g} s and was killed" if result.timed_out else ""
     data = {"sandbox_id": sb.sandbox_id, "exit_code": result.exit_code, **streams,
             "timed_out": result.timed_out, "truncated": result.truncated or bool(saved),
             "full_output": saved, "duration_ms": took}
     return ToolOutput(_command_text(result.exit_code, streams, extra), data)
 
 
-async def process_output(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
-    a = Args("process_output", raw, PROCESS_OUTPUT.properties)
-    pid = a.num("pid")
-    if pid is None:
-        raise InvalidArgumentError("process_output: 'pid' is required (from run_command with "
-                                   "background=true)")
-    sb = await sandbox_for(ctx, a.str("sandbox_id"))
+async def process_output(ctx: CallContext, a: ProcessArgs) -> ToolOutput:
+    pid = a.pid
+    sb = await sandbox_for(ctx, a.sandbox_id)
     out = await AsyncCommandHandle(sb._provider, sb.sandbox_id, pid).output()
     streams, saved = await fit_streams(sb, ctx, {"stdout": out.stdout, "stderr": out.stderr})
     data = {"sandbox_id": sb.sandbox_id, "pid": pid, "running": out.running,
@@ -239,12 +223,9 @@ async def process_output(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
     return ToolOutput(_command_text(None if out.running else out.exit_code, streams), data)
 
 
-async def kill_process(ctx: CallContext, raw: dict[str, Any]) -> ToolOutput:
-    a = Args("kill_process", raw, KILL_PROCESS.properties)
-    pid = a.num("pid")
-    if pid is None:
-        raise InvalidArgumentError("kill_process: 'pid' is required")
-    sb = await sandbox_for(ctx, a.str("sandbox_id"))
+async def kill_process(ctx: CallContext, a: ProcessArgs) -> ToolOutput:
+    pid = a.pid
+    sb = await sandbox_for(ctx, a.sandbox_id)
     killed = await sb.commands.kill(pid)
     text = f"Killed pid {pid}." if killed else f"pid {pid} had already ended."
     return ToolOutput(text, {"sandbox_id": sb.sandbox_id, "pid": pid, "killed": killed})
@@ -258,30 +239,13 @@ CREATE_SANDBOX = ToolSpec(
     "sandbox_id; you rarely need this tool, since the default sandbox is created on first use. "
     "Use it for a second sandbox, a different template, network access, or one that must "
     "outlive this session (persistent). Returns the sandbox id and its settings.",
-    {"template": {"type": "string", "maxLength": 128,
-                  "description": "Template name (default: the server's)."},
-     "timeout": {"type": "number", "minimum": 0.001, "maximum": MAX_IDLE,
-                 "description": "Idle seconds before it is auto-paused (default 300); any use "
-                 "resets the clock."},
-     "envs": {"type": "object", "additionalProperties": {"type": "string"},
-              "description": "Environment variables for every command in it."},
-     "network": {"type": "boolean", "description": "Allow outbound network (default false: "
-                 "loopback only)."},
-     "persistent": {"type": "boolean", "description": "Keep it after this session ends "
-                    "(default false: destroyed with the session)."},
-     "memory_mb": {"type": "integer", "minimum": 32, "maximum": 1 << 20,
-                   "description": "Memory limit in MiB."},
-     "cpu": {"type": "number", "minimum": 0.01, "maximum": 1024,
-             "description": "CPU limit in cores, e.g. 0.5."}},
-    create_sandbox)
+    CreateSandboxArgs, create_sandbox)
 
 LIST_SANDBOXES = ToolSpec(
     "list_sandboxes",
     "List the sandboxes this session can use (the ones it created plus persistent ones), "
     "with state (running/paused) and template. The default sandbox is marked with '*'.",
-    {"template": {"type": "string", "maxLength": 128, "description": "Only this template."},
-     "state": {"type": "string", "enum": ["running", "paused"], "description": "Only this state."}},
-    list_sandboxes, read_only=True)
+    ListSandboxesArgs, list_sandboxes, read_only=True)
 
 RUN_CODE = ToolSpec(
     "run_code",
@@ -292,14 +256,7 @@ RUN_CODE = ToolSpec(
     "pip install more with run_command (they vanish on reset_rootfs). A cell running past "
     "timeout is interrupted, keeping the variables. Needs a sandbox whose template has a "
     "kernel (code-interpreter-v1).",
-    {"code": {"type": "string", "description": "The Python code to run."},
-     "language": {"type": "string", "maxLength": 32, "description": "Language (only python)."},
-     "timeout": {"type": "number", "minimum": 0.001, "maximum": MAX_TIMEOUT,
-                 "description": "Seconds before the cell is interrupted (default 60)."},
-     "context": {"type": "string", "maxLength": 64, "description": "Interpreter context id "
-                 "(default: the sandbox's default context)."},
-     "sandbox_id": SANDBOX_ID},
-    run_code, required=("code",))
+    RunCodeArgs, run_code)
 
 RUN_COMMAND = ToolSpec(
     "run_command",
@@ -309,58 +266,40 @@ RUN_COMMAND = ToolSpec(
     "output is cut to a budget; the whole of it is saved to a file in the sandbox whose path "
     "the result names. If the client asked for progress, output is streamed as progress "
     "notifications while the command runs.",
-    {"command": {"type": "string", "description": "Shell command line."},
-     "workdir": {**PATH, "description": "Working directory (default /workspace)."},
-     "background": {"type": "boolean", "description": "Return at once with a pid (default "
-                    "false)."},
-     "timeout": {"type": "number", "minimum": 0.001, "maximum": MAX_TIMEOUT,
-                 "description": "Seconds before a foreground command is killed (default 60)."},
-     "envs": {"type": "object", "additionalProperties": {"type": "string"},
-              "description": "Extra environment variables."},
-     "sandbox_id": SANDBOX_ID},
-    run_command, required=("command",))
+    RunCommandArgs, run_command)
 
 PROCESS_OUTPUT = ToolSpec(
     "process_output",
     "Show what a background command (started with run_command background=true) has printed "
     "so far, and whether it is still running (with its exit code once it ended).",
-    {"pid": {"type": "integer", "minimum": 1, "maximum": MAX_PID,
-             "description": "The pid run_command returned."},
-     "sandbox_id": SANDBOX_ID},
-    process_output, required=("pid",), read_only=True)
+    ProcessArgs, process_output, read_only=True)
 
 KILL_PROCESS = ToolSpec(
     "kill_process",
     "Stop a background command by pid (SIGKILL).",
-    {"pid": {"type": "integer", "minimum": 1, "maximum": MAX_PID,
-             "description": "The pid run_command returned."},
-     "sandbox_id": SANDBOX_ID},
-    kill_process, required=("pid",), destructive=True)
+    ProcessArgs, kill_process, destructive=True)
+
 PAUSE_SANDBOX = ToolSpec(
     "pause_sandbox",
     "Pause a sandbox (freeze its processes, keep its files) to free CPU and memory. It resumes "
     "on resume_sandbox or on its next use.",
-    {"sandbox_id": SANDBOX_ID_REQUIRED}, pause_sandbox, required=("sandbox_id",))
+    SandboxArgs, pause_sandbox)
 
 RESUME_SANDBOX = ToolSpec(
     "resume_sandbox",
     "Resume a paused sandbox.",
-    {"sandbox_id": SANDBOX_ID_REQUIRED}, resume_sandbox, required=("sandbox_id",))
+    SandboxArgs, resume_sandbox)
 
 RESET_ROOTFS = ToolSpec(
     "reset_rootfs",
     "Wipe every change outside /workspace (installed packages, edits under /etc...), keeping "
     "/workspace. Running processes are stopped.",
-    {"sandbox_id": SANDBOX_ID_REQUIRED}, reset_rootfs, required=("sandbox_id",),
-    destructive=True)
+    SandboxArgs, reset_rootfs, destructive=True)
 
 KILL_SANDBOX = ToolSpec(
     "kill_sandbox",
     "Destroy a sandbox. Its /workspace volume is kept unless delete_volumes=true.",
-    {"sandbox_id": SANDBOX_ID_REQUIRED,
-     "delete_volumes": {"type": "boolean", "description": "Also delete its /workspace volume "
-                        "(default false)."}},
-    kill_sandbox, required=("sandbox_id",), destructive=True)
+    KillSandboxArgs, kill_sandbox, destructive=True)
 
 ALL_TOOLS: tuple[ToolSpec, ...] = (
     CREATE_SANDBOX, LIST_SANDBOXES, RUN_CODE, RUN_COMMAND, PROCESS_OUTPUT, KILL_PROCESS,

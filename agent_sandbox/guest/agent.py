@@ -11,6 +11,7 @@ One request per connection; see ``protocol.py`` for the framing.
 from __future__ import annotations
 
 import os
+import re
 import select
 import signal
 import socket
@@ -42,6 +43,7 @@ STREAM_TIMEOUT = 300.0  # between upload/stdin frames
 EXIT_DRAIN = 0.2  # after exit, keep streaming already-readable output at most this long
 KILL_GRACE = 10.0  # after a timeout SIGKILL, give up waiting for the exit this much later
 DEFAULT_ENV_DROP = ("ABX_GUEST_TOKEN",)
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"  # runtime.validate's, kept equal by a test
 
 
 class GuestError(Exception):
@@ -147,7 +149,7 @@ def _env(value: Any) -> Dict[str, str]:
     if not isinstance(value, dict):
         raise _bad("'env' must be an object of string values")
     for key, val in value.items():
-        if not key or "=" in key or "\0" in key or not isinstance(val, str) or "\0" in val:
+        if not re.fullmatch(ENV_NAME_PATTERN, key) or not isinstance(val, str) or "\0" in val:
             raise _bad(f"invalid environment variable {key!r}")
     return value
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from agent_sandbox.errors import InvalidArgumentError
+from agent_sandbox.runtime.validate import is_env_name
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -34,7 +35,6 @@ _MAX_LINK_HOPS = 40
 _WHITEOUT = ".wh."
 _OPAQUE = ".wh..wh..opq"
 _DIGEST_RE = re.compile(r"^(sha256|sha512):([a-f0-9]{64}|[a-f0-9]{128})\Z")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
                 "application/vnd.docker.distribution.manifest.list.v2+json")
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -404,7 +404,7 @@ def _config_info(fmt: str, config: dict[str, Any], config_digest: str,
     env: dict[str, str] = {}
     for item in cfg.get("Env") or []:
         key, sep, value = str(item).partition("=")
-        if sep and _ENV_NAME_RE.match(key) and "\x00" not in value:
+        if sep and is_env_name(key) and "\x00" not in value:
             env[key] = value
     workdir = cfg.get("WorkingDir") or "/workspace"
     return ImageInfo(format=fmt, env=env, workdir=posixpath.normpath("/" + workdir.lstrip("/")),

@@ -30,10 +30,10 @@ from typing import Any
 from agent_sandbox.errors import InvalidArgumentError, NotFoundError
 from agent_sandbox.runtime import oci_image
 from agent_sandbox.runtime.oci_image import ProgressFn, resolve_in_root
+from agent_sandbox.runtime.validate import is_env_name
 
 BASE = "base"
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}\Z")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 @dataclass
@@ -263,7 +263,7 @@ def _check_env(env: Any) -> dict[str, str]:
     if env is None:
         return {}
     if not isinstance(env, dict) or not all(
-            isinstance(k, str) and _ENV_NAME_RE.match(k) and isinstance(v, str)
+            is_env_name(k) and isinstance(v, str)
             and "\x00" not in v for k, v in env.items()):
         raise InvalidArgumentError("env must map variable names to strings")
     return dict(env)

@@ -8,7 +8,12 @@ from typing import Any
 from agent_sandbox.errors import InvalidArgumentError
 from agent_sandbox.models import CodeContext
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+# The one environment-variable-name rule (engine, templates, images, MCP tools, gateway
+# schema). The stdlib-only guest keeps an equal copy: tests/agent/test_env_name.py checks.
+# Spelled for JSON Schema, where $ is the very end; in Python check with is_env_name, whose
+# fullmatch keeps a trailing newline out too.
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_ENV_NAME = re.compile(ENV_NAME_PATTERN)
 _SANDBOX_ID = re.compile(r"^sbx-[a-z0-9]{10}\Z")
 _CODE_CONTEXT = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}\Z")
 DEFAULT_CONTEXT = "default"
@@ -48,13 +53,17 @@ def path(value: Any, what: str = "path") -> str:
     return value
 
 
+def is_env_name(name: Any) -> bool:
+    return isinstance(name, str) and _ENV_NAME.fullmatch(name) is not None
+
+
 def envs(value: Any) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise InvalidArgumentError(f"envs must be a mapping of names to strings, got {value!r}")
     for key, val in value.items():
-        if not isinstance(key, str) or not _ENV_NAME.match(key):
+        if not is_env_name(key):
             raise InvalidArgumentError(f"invalid environment variable name {key!r}")
         if not isinstance(val, str) or "\x00" in val:
             raise InvalidArgumentError(f"environment variable {key} must be a string "

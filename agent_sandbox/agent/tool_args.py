@@ -1,0 +1,165 @@
+"""Every tool's arguments, declared once: the schema in tools/list and the check of a call.
+
+Bounds are the engine's (idle timeout, pid range) or what every JSON client keeps exactly
+(byte offsets); see ``args`` for how a model becomes a schema and a refusal.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import AfterValidator, BeforeValidator, Field, PlainValidator, WithJsonSchema
+
+from agent_sandbox.agent.args import ToolArgs, refuse, shown
+from agent_sandbox.runtime.validate import ENV_NAME_PATTERN, is_env_name
+
+MAX_TIMEOUT = 86400  # a day: commands and code cells
+MAX_IDLE = 30 * 86400  # the engine's cap on a sandbox's idle timeout
+MAX_BYTE = (1 << 53) - 1  # offsets: the largest integer every JSON client keeps exactly
+MAX_PID = 1 << 22  # Linux's PID_MAX_LIMIT
+MAX_PATH = 4096  # the kernel's PATH_MAX
+
+
+def _whole_float_as_int(value: Any) -> Any:
+    """JSON has one number type: 7.0 is the integer 7 (7.5 stays a float and is refused)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _env_names(envs: dict[str, str]) -> dict[str, str]:
+    for name in envs:
+        if not is_env_name(name):
+            raise refuse(says=f"has an invalid environment variable name {shown(name)}: names "
+                         "are ASCII letters, digits and '_', not starting with a digit")
+    return envs
+
+
+def _file_mode(value: Any) -> int:
+    """A permission mode: an octal string ('0644', '0o755', '644') or its integer value."""
+    if isinstance(value, str):
+        text = value.strip().lower().removeprefix("0o")
+        if not 0 < len(text) <= 6 or any(digit not in "01234567" for digit in text):
+            raise refuse("an octal string such as '0644'")
+        value = int(text, 8)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0o7777:
+        raise refuse("an octal string such as '0644' (or its integer value, 420)")
+    return value
+
+
+_WHOLE = BeforeValidator(_whole_float_as_int)
+Pid = Annotated[int, Field(ge=1, le=MAX_PID), _WHOLE]
+MemoryMb = Annotated[int, Field(ge=32, le=1 << 20), _WHOLE]
+ByteOffset = Annotated[int, Field(ge=0, le=MAX_BYTE), _WHOLE]
+ByteCount = Annotated[int, Field(ge=1, le=MAX_BYTE), _WHOLE]
+Depth = Annotated[int, Field(ge=1, le=64), _WHOLE]
+Envs = Annotated[dict[str, str], AfterValidator(_env_names), WithJsonSchema(
+    {"type": "object", "additionalProperties": {"type": "string"},
+     "propertyNames": {"pattern": ENV_NAME_PATTERN}})]
+FileMode = Annotated[int, PlainValidator(_file_mode), WithJsonSchema(
+    {"type": ["string", "integer"], "minimum": 0, "maximum": 0o7777})]
+Encoding = Literal["utf-8", "base64"]
+
+# Arguments several tools share.
+SANDBOX_ID = Field(None, max_length=128, description="Sandbox to use. Omit to use this "
+                   "session's default sandbox (created on first use).")
+SANDBOX_ID_REQUIRED = Field(min_length=1, max_length=128, description="The sandbox's id "
+                            "(from create_sandbox or list_sandboxes).")
+PID = Field(description="The pid run_command returned.")
+FILE_PATH = Field(min_length=1, max_length=MAX_PATH,
+                  description="Absolute path, or relative to /workspace.")
+ENCODING = Field("utf-8", description="Default utf-8.")
+
+
+# ---- lifecycle ------------------------------------------------------------------------------
+
+class CreateSandboxArgs(ToolArgs):
+    template: str | None = Field(None, max_length=128,
+                                 description="Template name (default: the server's).")
+    timeout: float = Field(300, ge=0.001, le=MAX_IDLE, description="Idle seconds before it "
+                           "is auto-paused (default 300); any use resets the clock.")
+    envs: Envs | None = Field(None, description="Environment variables for every command in "
+                              "it.")
+    network: bool = Field(False, description="Allow outbound network (default false: "
+                          "loopback only).")
+    persistent: bool = Field(False, description="Keep it after this session ends (default "
+                             "false: destroyed with the session).")
+    memory_mb: MemoryMb | None = Field(None, description="Memory limit in MiB.")
+    cpu: float | None = Field(None, ge=0.01, le=1024, description="CPU limit in cores, e.g. 0.5.")
+
+
+class ListSandboxesArgs(ToolArgs):
+    template: str | None = Field(None, max_length=128, description="Only this template.")
+    state: Literal["running", "paused"] | None = Field(None, description="Only this state.")
+
+
+class SandboxArgs(ToolArgs):
+    """pause_sandbox, resume_sandbox, reset_rootfs: a sandbox named explicitly."""
+
+    sandbox_id: str = SANDBOX_ID_REQUIRED
+
+
+class KillSandboxArgs(SandboxArgs):
+    delete_volumes: bool = Field(False, description="Also delete its /workspace volume "
+                                 "(default false).")
+
+
+# ---- code and commands ----------------------------------------------------------------------
+
+class RunCodeArgs(ToolArgs):
+    code: str = Field(min_length=1, description="The Python code to run.")
+    language: str = Field("python", max_length=32, description="Language (only python).")
+    timeout: float = Field(60, ge=0.001, le=MAX_TIMEOUT, description="Seconds before the cell "
+                           "is interrupted (default 60).")
+    context: str | None = Field(None, max_length=64, description="Interpreter context id "
+                                "(default: the sandbox's default context).")
+    sandbox_id: str | None = SANDBOX_ID
+
+
+class RunCommandArgs(ToolArgs):
+    command: str = Field(min_length=1, description="Shell command line.")
+    workdir: str = Field("/workspace", max_length=MAX_PATH,
+                         description="Working directory (default /workspace).")
+    background: bool = Field(False, description="Return at once with a pid (default false).")
+    timeout: float = Field(60, ge=0.001, le=MAX_TIMEOUT, description="Seconds before a "
+                           "foreground command is killed (default 60).")
+    envs: Envs | None = Field(None, description="Extra environment variables.")
+    sandbox_id: str | None = SANDBOX_ID
+
+
+class ProcessArgs(ToolArgs):
+    """process_output, kill_process: a background command."""
+
+    required_hints: ClassVar[dict[str, str]] = {
+        "pid": "from run_command with background=true"}
+
+    pid: Pid = PID
+    sandbox_id: str | None = SANDBOX_ID
+
+
+# ---- files ----------------------------------------------------------------------------------
+
+class ReadFileArgs(ToolArgs):
+    path: str = FILE_PATH
+    encoding: Encoding = ENCODING
+    offset: ByteOffset = Field(0, description="First byte to read (default 0).")
+    limit: ByteCount | None = Field(None, description="Most bytes to read.")
+    sandbox_id: str | None = SANDBOX_ID
+
+
+class WriteFileArgs(ToolArgs):
+    required_hints: ClassVar[dict[str, str]] = {"content": "may be empty"}
+
+    path: str = FILE_PATH
+    content: str = Field(description="The whole new content.")
+    encoding: Encoding = ENCODING
+    mode: FileMode = Field(0o644, description="Permissions as an octal string, e.g. '0755' "
+                           "(default '0644'); an integer is taken as the numeric value (420).")
+    sandbox_id: str | None = SANDBOX_ID
+
+
+class ListFilesArgs(ToolArgs):
+    path: str = Field("/workspace", max_length=MAX_PATH,
+                      description="Directory (default /workspace).")
+    depth: Depth = Field(1, description="Levels to descend (default 1).")
+    sandbox_id: str | None = SANDBOX_ID
