@@ -54,6 +54,8 @@ PODMAN_ARGS = ["run", "--rm", "--network", "none", "--runtime", "runc",
 # Debian package that provides each peer's binary (installed if missing).
 PEER_PACKAGES = {"bwrap": "bubblewrap", "podman": "podman", "busybox": "busybox-static"}
 
+FLEET_DISK_MB = 64
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -441,7 +443,7 @@ class Bench:
         for i in range(k):
             t0 = time.perf_counter()
             try:
-                sandboxes.append(Sandbox.create())
+                sandboxes.append(Sandbox.create(disk_mb=FLEET_DISK_MB))
             except Exception as exc:  # noqa: BLE001 - the failure is the finding
                 out["create_error"] = f"create #{i + 1} failed: {type(exc).__name__}: {exc}"
                 progress(out["create_error"])
@@ -747,7 +749,9 @@ def footer(r: dict[str, Any]) -> str:
              f"{h['runc']}, python {h['python']}",
              "create = Sandbox.create() until it returns (the engine waits for the guest's "
              "ping, so it is ready for exec); peers are timed from Python's subprocess.run, "
-             "as the SDK's own exec includes Python."]
+             "as the SDK's own exec includes Python.",
+             f"fleet sandboxes have {FLEET_DISK_MB} MB disks: every block of a disk is "
+             "allocated on the host, so K default disks would need K GB free."]
     fleet = r.get("fleet") or {}
     if fleet.get("create_error"):
         lines.append(f"fleet create error: {fleet['create_error']}")
