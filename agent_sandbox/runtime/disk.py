@@ -51,8 +51,11 @@ def _formatted_blank(cache_dir: Path, size_mb: int) -> Path:
     """A freshly formatted image of this size, made once and copied sparsely after."""
     blank = cache_dir / f"blank-{size_mb}m.img"
     with _blank_guard:
-        if blank in _sound_blanks:
+        # Another engine process may have evicted it since (never while we copy: the
+        # caller holds the cache's shared lock).
+        if blank in _sound_blanks and blank.exists():
             return blank
+        _sound_blanks.discard(blank)
         # Checked once per process (~12 ms): older engines could cache a corrupt blank (two
         # threads made it in one temp file), failing every create after; it is made again.
         if blank.exists() and subprocess.run(["e2fsck", "-fn", str(blank)],
@@ -70,21 +73,41 @@ def _make_blank(blank: Path, size_mb: int) -> None:
     # A name of its own per call: threads of one engine (a create and the warm pool's
     # refill) race here, and a shared name let one truncate the other's half-made image,
     # caching a corrupt blank ("Structure needs cleaning" on every mount after).
-    fd, name = tempfile.mkstemp(prefix=f"{blank.name}.", suffix=".tmp", dir=cache_dir)
+    _sweep_dead_temps(cache_dir)
+    fd, name = tempfile.mkstemp(prefix=f"{blank.name}.{os.getpid()}.", suffix=".tmp",
+                                dir=cache_dir)
     tmp = Path(name)
     with os.fdopen(fd, "wb") as fh:
         fh.truncate(size_mb * 1024 * 1024)
     try:
         # No journal: the data is scratch space, and it keeps the image tiny until written.
-        subprocess.run(
-            ["mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-m", "0",
-             "-E", f"lazy_itable_init=1,root_owner={HOST_ID_BASE}:{HOST_ID_BASE}", str(tmp)],
-            check=True, capture_output=True,
-        )
+        _run(["mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-m", "0",
+              "-E", f"lazy_itable_init=1,root_owner={HOST_ID_BASE}:{HOST_ID_BASE}", str(tmp)])
         os.replace(tmp, blank)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _sweep_dead_temps(cache_dir: Path) -> None:
+    """Half-made blanks of processes killed while formatting (``<blank>.<pid>.*.tmp``)."""
+    for tmp in cache_dir.glob("blank-*.img.*.tmp"):
+        pid = tmp.name.split(".")[2]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            tmp.unlink(missing_ok=True)
+        except (PermissionError, OverflowError):
+            continue
+
+
+def _run(argv: list[str]) -> None:
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        why = " ".join((proc.stderr or proc.stdout).split())[-400:] or f"exit {proc.returncode}"
+        raise RuntimeUnavailableError(f"making a sandbox disk failed ({argv[0]}): {why}")
 
 
 def _refuse(free: int, need_mb: int, reserve_mb: int) -> ResourceExhaustedError:
@@ -107,7 +130,7 @@ def create_image(image: Path, size_mb: int, cache_dir: Path, reserve_mb: int) ->
     with open(cache_dir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_SH)  # no blank is evicted while it is copied
         blank = _formatted_blank(cache_dir, size_mb)
-        subprocess.run(["cp", "--sparse=always", str(blank), str(image)], check=True)
+        _run(["cp", "--sparse=always", str(blank), str(image)])
         os.utime(blank)
     _evict_blanks(cache_dir)
 

@@ -187,8 +187,6 @@ class Engine(GuestOps):
             layers=[{"target": layer.target, "lowers": layer.lowers} for layer in tmpl.layers],
             owner=owner,
         )
-        if volume is not None:
-            parts.claim_volume(volume, sandbox_id)
         parts.make(row, new_volume=volume is None, final_state=RUNNING)
         return self.info(sandbox_id)
 

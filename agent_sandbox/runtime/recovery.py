@@ -16,6 +16,14 @@ def recover(sandboxes: Sandboxes) -> None:
     """Half-made sandboxes, half-killed ones, orphan containers, mounts and dirs. Safe to
     run any number of times, by any number of processes (locks say who is alive)."""
     store, runc = sandboxes.store, sandboxes.runc
+    # Volumes before rows: a create inserts its row before it claims a volume, so a claim
+    # seen here whose sandbox is not in the later list belongs to nobody (older engines
+    # claimed first and could die in between).
+    volumes = store.list_volumes()
+    rows = {r.id for r in store.list_sandboxes()}
+    for volume in volumes:
+        if volume.attached_to and volume.attached_to not in rows:
+            store.release_volume(volume.id, volume.attached_to)
     for row in store.list_sandboxes():
         if row.state == CREATING and creator_gone(sandboxes, row.id):
             sandboxes.destroy(row, delete_volume=row.volume_id == f"vol-{row.id[4:]}")

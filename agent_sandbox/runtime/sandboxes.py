@@ -119,6 +119,9 @@ class Sandboxes:
 
     # make and destroy -------------------------------------------------------------------
     def make(self, row: SandboxRow, *, new_volume: bool, final_state: str) -> None:
+        """Create the sandbox of ``row``: on a new volume, or on the kept one it names
+        (claimed only once the row exists, so no crash leaves a volume claimed by a
+        sandbox nobody knows)."""
         sbdir = self.sandbox_dir(row.id)
         sbdir.mkdir(mode=0o700)
         self.mode.private_dir(sbdir)
@@ -126,6 +129,14 @@ class Sandboxes:
         create_lock = open(sbdir / "create.lock", "w")  # noqa: SIM115
         fcntl.flock(create_lock, fcntl.LOCK_EX)
         self.store.insert_sandbox(row)
+        if not new_volume:
+            try:
+                self.claim_volume(row.volume_id, row.id)
+            except BaseException:
+                self.store.delete_sandbox(row.id)
+                self.mode.remove_tree(sbdir)
+                create_lock.close()
+                raise
         try:
             if new_volume:
                 disk_mb = row.limits["disk_mb"]
@@ -150,7 +161,7 @@ class Sandboxes:
             self.mode.remove_volume(row.volume_id)
             if volume is not None and volume.attached_to == row.id:
                 self.store.delete_volume(row.volume_id)
-        elif volume is not None:
+        elif volume is not None and volume.attached_to == row.id:  # never another's
             self.store.upsert_volume(VolumeRow(volume.id, volume.size_mb,
                                                volume.created_at, ""))
         self.mode.remove_tree(self.sandbox_dir(row.id))

@@ -193,6 +193,12 @@ class Store:
             db.execute("UPDATE volumes SET attached_to = ? WHERE id = ?", (sandbox_id, volume_id))
             return VolumeRow(found[0], found[1], found[2], sandbox_id)
 
+    def release_volume(self, volume_id: str, sandbox_id: str) -> None:
+        """Detach the volume if (still) attached to that sandbox."""
+        with self._tx() as db:
+            db.execute("UPDATE volumes SET attached_to = '' WHERE id = ? AND attached_to = ?",
+                       (volume_id, sandbox_id))
+
     def get_volume(self, volume_id: str) -> VolumeRow | None:
         with self._lock:
             cur = self._db.execute("SELECT id, size_mb, created_at, attached_to FROM volumes "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 from pathlib import Path
@@ -51,3 +52,24 @@ def test_blanks_of_many_sizes_do_not_pile_up(tmp_path: Path) -> None:
     again = images / "16-again.img"
     disk.create_image(again, 16, tmp_path / "blank", reserve_mb=0)  # made anew
     assert subprocess.run(["e2fsck", "-fn", str(again)], capture_output=True).returncode == 0
+
+
+def test_a_blank_evicted_by_another_process_is_made_again(tmp_path: Path) -> None:
+    images = tmp_path / "volumes"
+    images.mkdir()
+    disk.create_image(images / "a.img", 16, tmp_path / "blank", reserve_mb=0)
+    (tmp_path / "blank" / "blank-16m.img").unlink()  # what another engine's eviction does
+    disk.create_image(images / "b.img", 16, tmp_path / "blank", reserve_mb=0)
+    assert subprocess.run(["e2fsck", "-fn", str(images / "b.img")],
+                          capture_output=True).returncode == 0
+
+
+def test_half_made_blanks_of_dead_processes_are_swept(tmp_path: Path) -> None:
+    cache = tmp_path / "blank"
+    cache.mkdir()
+    dead = cache / "blank-16m.img.999999999.abcd.tmp"
+    live = cache / f"blank-16m.img.{os.getpid()}.abcd.tmp"
+    for path in (dead, live):
+        path.write_bytes(b"x")
+    disk._formatted_blank(cache, 20)  # noqa: SLF001 - making any blank sweeps
+    assert not dead.exists() and live.exists()

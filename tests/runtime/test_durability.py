@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from agent_sandbox.errors import NotFoundError
+from agent_sandbox.errors import NotFoundError, WrongStateError
 from agent_sandbox.providers.local import local_provider
 from agent_sandbox.runtime.engine import Engine
 
@@ -172,3 +172,32 @@ def test_a_second_engine_starting_during_a_kill_keeps_the_volume(engine: Engine)
     finally:
         engine.delete_volume(volume_id)
     assert seen["rows"].get(sandbox_id) in (None, "running", "killing")
+
+
+def test_a_volume_claimed_by_a_sandbox_that_never_existed_is_released(engine: Engine) -> None:
+    # Older engines claimed a kept volume before inserting the new sandbox's row; a crash
+    # in between left the volume attached to nobody: neither attachable nor deletable.
+    sandbox_id, digest = _sandbox_with_data(engine)
+    volume_id = engine.info(sandbox_id).volume_id
+    engine.kill(sandbox_id)
+    assert engine.store.claim_volume(volume_id, "sbx-neverexist0") is not None
+    engine.recover()
+    again = engine.create(volume=volume_id)
+    try:
+        assert _hash(engine, again.sandbox_id) == digest
+    finally:
+        engine.kill(again.sandbox_id, delete_volume=True)
+
+
+def test_attaching_a_volume_in_use_leaves_it_with_its_sandbox(engine: Engine) -> None:
+    sandbox_id, _ = _sandbox_with_data(engine)
+    volume_id = engine.info(sandbox_id).volume_id
+    try:
+        with pytest.raises(WrongStateError, match="attached"):
+            engine.create(volume=volume_id)
+        assert {v.volume_id: v.attached_to for v in engine.list_volumes()}[volume_id] \
+            == sandbox_id
+        assert not [i for i in engine.list() if i.volume_id == volume_id
+                    and i.sandbox_id != sandbox_id]
+    finally:
+        engine.kill(sandbox_id, delete_volume=True)
