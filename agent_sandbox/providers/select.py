@@ -20,7 +20,7 @@ import threading
 from agent_sandbox.errors import RuntimeUnavailableError
 from agent_sandbox.providers.base import Provider
 from agent_sandbox.providers.engine_choice import EngineChoice, choose_engine
-from agent_sandbox.settings import Settings
+from agent_sandbox.settings import Settings, SettingsError
 
 _remotes: dict[tuple[str, str, float], Provider] = {}
 _choices: dict[tuple[object, ...], EngineChoice] = {}
@@ -46,7 +46,10 @@ def _choice_key(s: Settings) -> tuple[object, ...]:
 def current_engine(settings: Settings | None = None) -> EngineChoice:
     """The engine ``default_provider()`` uses with these settings (chosen once, then kept);
     a failed choice is not kept, so fixing the cause takes effect on the next call."""
-    settings = _settings(settings)
+    try:
+        settings = _settings(settings)
+    except SettingsError:
+        return choose_engine(None)  # the bad setting, as a choice that says so
     key = _choice_key(settings)
     with _guard:
         choice = _choices.get(key)
@@ -71,7 +74,10 @@ def _remote(base_url: str, key: str, retry_seconds: float) -> Provider:
 
 
 def default_provider(settings: Settings | None = None) -> Provider:
-    settings = _settings(settings)
+    try:
+        settings = _settings(settings)
+    except SettingsError as exc:  # e.g. ABX_ENGINE=kvm: no engine can be chosen
+        raise RuntimeUnavailableError(exc.message) from None
     choice = current_engine(settings)
     if choice.kind is None:
         raise RuntimeUnavailableError(choice.error or "no sandbox engine is usable",
