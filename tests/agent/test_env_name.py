@@ -10,7 +10,7 @@ import re
 import pytest
 
 from agent_sandbox.errors import InvalidArgumentError
-from agent_sandbox.guest import agent as guest_agent
+from agent_sandbox.guest import checks as guest_checks
 from agent_sandbox.runtime import validate
 from agent_sandbox.server import schemas
 
@@ -22,14 +22,14 @@ def _code_template() -> None:
 
 def test_the_guest_checks_the_same_pattern_as_the_host() -> None:
     # The guest is stdlib-only and cannot import the host's: its copy must stay equal.
-    assert guest_agent.ENV_NAME_PATTERN == validate.ENV_NAME_PATTERN
+    assert guest_checks.ENV_NAME_PATTERN == validate.ENV_NAME_PATTERN
     assert schemas.ENV_NAME_PATTERN == validate.ENV_NAME_PATTERN
 
 
 @pytest.mark.parametrize("name", ["A", "_", "PATH", "a_b_1", "_9", "x" * 300])
 def test_env_names_accepted(name: str) -> None:
     assert validate.is_env_name(name)
-    assert re.fullmatch(guest_agent.ENV_NAME_PATTERN, name)
+    assert re.fullmatch(guest_checks.ENV_NAME_PATTERN, name)
 
 
 @pytest.mark.parametrize("name", ["", "1A", "A-B", "A=B", "A B", "A\x00", "FOO\n", "\nFOO",
@@ -39,4 +39,4 @@ def test_env_names_refused(name: object) -> None:
     with pytest.raises(InvalidArgumentError, match="environment variable name"):
         validate.envs({name: "v"})
     if isinstance(name, str):
-        assert not re.fullmatch(guest_agent.ENV_NAME_PATTERN, name)
+        assert not re.fullmatch(guest_checks.ENV_NAME_PATTERN, name)

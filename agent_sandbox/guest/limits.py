@@ -1,0 +1,12 @@
+"""Every bound and timeout of the guest agent, in one place (stdlib only)."""
+
+FINISHED_KEPT = 256  # finished processes kept (output, exit code) before the oldest go
+MAX_OUTPUT_CAP = 64 << 20
+SUB_BACKLOG = 8 << 20  # per-subscriber undelivered bytes before oldest chunks are dropped
+LIST_CAP = 10000
+LIST_JSON_CAP = 6 << 20  # stay under what the host reads in one frame (8 MiB)
+REQUEST_TIMEOUT = 60.0  # waiting for hello/request frames
+STREAM_TIMEOUT = 300.0  # between upload/stdin frames
+EXIT_DRAIN = 0.2  # after exit, keep streaming already-readable output at most this long
+KILL_GRACE = 10.0  # after a timeout SIGKILL, give up waiting for the exit this much later
+DEFAULT_ENV_DROP = ("ABX_GUEST_TOKEN",)
