@@ -51,6 +51,7 @@ from agent_sandbox.runtime import (
     rootfs,
     rootless,
     subids,
+    supervisor,
     syscalls,
     validate,
 )
@@ -418,6 +419,7 @@ class Engine:
 
     def _boot(self, row: SandboxRow) -> None:
         """Mount disk and root filesystem, write the bundle, start the container."""
+        supervisor.ensure_running(self.config)  # its idle timeout outlives this process
         sbdir = self._dir(row.id)
         self._attach(row)
         run_dir = sbdir / "run"
@@ -730,6 +732,7 @@ class Engine:
                 elif self.rootless and row.state == "paused":
                     self._control(sandbox_id).thaw()
                 self.store.update_sandbox(sandbox_id, state="running", last_used=time.time())
+            supervisor.ensure_running(self.config)
         elif time.time() - row.last_used > _TOUCH_EVERY:
             self.store.touch(sandbox_id)
         return GuestClient(self._socket(sandbox_id))
@@ -940,12 +943,14 @@ class Engine:
         live = {r.id: r for r in self.store.list_sandboxes()}
         for container_id, status in self.runc.list_states().items():
             if container_id not in live:
-                self.runc.delete(container_id)
+                if self.store.get_sandbox(container_id) is None:  # not one made meanwhile
+                    self.runc.delete(container_id)
             elif status == "paused" and live[container_id].state == RUNNING:
                 # Frozen under a "running" row (an older engine died mid-pause).
                 self.store.update_sandbox(container_id, state=PAUSED)
         for sbdir in self.config.sandboxes_dir.iterdir():
-            if sbdir.name not in live and self._creator_gone(sbdir.name):
+            if sbdir.name not in live and self._creator_gone(sbdir.name) and \
+                    self.store.get_sandbox(sbdir.name) is None:
                 rootfs.unmount_rootfs(sbdir)
                 self._remove_tree(sbdir)
 
