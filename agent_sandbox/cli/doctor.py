@@ -227,10 +227,11 @@ def check_supervisor() -> Check:
     if not found.running:
         return Check("lifecycle supervisor", True, "not running (it starts with the first "
                      "sandbox and exits once none can time out)", required=False)
-    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(found.since)) \
-        if found.since else "an unknown time"
-    return Check("lifecycle supervisor", True, f"pid {found.pid or '?'}, running since "
-                 f"{since} (pauses idle sandboxes, stops long-paused ones)", required=False)
+    if not found.pid:
+        return Check("lifecycle supervisor", True, "starting", required=False)
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(found.since))
+    return Check("lifecycle supervisor", True, f"pid {found.pid}, running since {since} "
+                 "(pauses idle sandboxes, stops long-paused ones)", required=False)
 
 
 def check_disk_headroom() -> Check:

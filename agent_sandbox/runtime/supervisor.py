@@ -82,21 +82,34 @@ def status(data_dir: Path) -> Status:
 
 def ensure_running(config: EngineConfig) -> None:
     """Start the supervisor of ``config.data_dir`` unless one runs. Cheap (an flock probe)
-    when it does; never fails the caller (the next create or resume tries again)."""
-    if held_elsewhere(config.data_dir / LOCK_NAME):
+    when it does; never fails the caller (the next create or resume tries again).
+
+    The lock is taken here and handed down to the new process: from this moment it counts
+    as running, so no second one starts and ``stop`` waits for it while it starts up."""
+    try:
+        lock = _try_lock(config.data_dir)
+    except OSError:
         return
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        _spawn(config)
+    if lock is None:
+        return
+    try:
+        _spawn(config, lock)
+    except (OSError, subprocess.SubprocessError):
+        pass
+    finally:
+        os.close(lock)  # the child's copy keeps it
 
 
 def stop(data_dir: Path, timeout: float = 30.0) -> bool:
     """Ask the data dir's supervisor to exit (SIGTERM); whether none runs afterwards."""
-    found = status(data_dir)
-    if found.running and found.pid and _is_supervisor(found.pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(found.pid, signal.SIGTERM)
+    signalled: set[int] = set()
     deadline = time.monotonic() + timeout
-    while held_elsewhere(data_dir / LOCK_NAME):
+    while (found := status(data_dir)).running:
+        # One still starting up has not written its pid yet: signal it once it has.
+        if found.pid and found.pid not in signalled and _is_supervisor(found.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(found.pid, signal.SIGTERM)
+            signalled.add(found.pid)
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
@@ -112,12 +125,24 @@ def _is_supervisor(pid: int) -> bool:
     return _MODULE.encode() in cmdline.split(b"\0")
 
 
-def _spawn(config: EngineConfig) -> None:
+def _try_lock(data_dir: Path) -> int | None:
+    fd = os.open(data_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None  # another one runs
+    os.ftruncate(fd, 0)  # no stale pid while the new one starts
+    return fd
+
+
+def _spawn(config: EngineConfig, lock: int) -> None:
     """Start it detached: ``sh`` backgrounds it in a new session and exits at once, so it
     is nobody's child (no zombie in a long-lived caller) and outlives the caller."""
     argv = [sys.executable, "-m", _MODULE, "--data-dir", str(config.data_dir.resolve()),
             "--paused-stop-after", repr(config.paused_stop_after),
-            "--interval", repr(config.reaper_interval)]
+            "--interval", repr(config.reaper_interval), "--lock-fd", str(lock)]
     env = dict(os.environ)
     # This copy of the package, whatever the caller's sys.path was built from.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH"))
@@ -126,7 +151,7 @@ def _spawn(config: EngineConfig) -> None:
     try:
         subprocess.run(["/bin/sh", "-c", '"$@" &', "abx-supervisor", *argv],
                        stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd="/",
-                       start_new_session=True, check=False, timeout=30)
+                       start_new_session=True, pass_fds=(lock,), check=False, timeout=30)
     finally:
         os.close(log)
 
@@ -147,16 +172,14 @@ def _log(message: str) -> None:
     print(f"{stamp} abx-supervisor[{os.getpid()}]: {message}", file=sys.stderr, flush=True)
 
 
-def _take_lock(data_dir: Path) -> int | None:
-    fd = os.open(data_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None  # another one runs
-    _write_status(fd, time.time())
-    return fd
+def _own_lock(data_dir: Path, handed: int | None) -> int | None:
+    """The lock the starter handed down (still held: flock belongs to the open file), or
+    one taken now when started by hand; ``None`` if another supervisor has it."""
+    if handed is None:
+        return _try_lock(data_dir)
+    os.set_inheritable(handed, False)  # runc and the guests must not keep it held
+    fcntl.flock(handed, fcntl.LOCK_EX | fcntl.LOCK_NB)  # ours already: returns at once
+    return handed
 
 
 def _write_status(fd: int, since: float) -> None:
@@ -177,12 +200,13 @@ def needs_watching(engine: Engine) -> bool:
 
 
 class _Watch:
-    def __init__(self, engine: Engine, lock_fd: int, interval: float) -> None:
+    def __init__(self, engine: Engine, lock_fd: int, interval: float,
+                 stop: threading.Event) -> None:
         self.engine = engine
         self.lock_fd = lock_fd
         self.since = time.time()
         self.interval = interval
-        self.stop = threading.Event()
+        self.stop = stop
         self._last_problem = ""
 
     def run(self) -> None:
@@ -234,13 +258,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--paused-stop-after", type=float)
     parser.add_argument("--interval", type=float)
+    parser.add_argument("--lock-fd", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if not (args.data_dir / "state.db").is_file():
         _log(f"no engine state in {args.data_dir}; nothing to supervise")
         return 1
-    lock_fd = _take_lock(args.data_dir)
+    lock_fd = _own_lock(args.data_dir, args.lock_fd)
     if lock_fd is None:
         return 0
+    _write_status(lock_fd, time.time())
+    stopping = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stopping.set())
     from agent_sandbox.runtime.engine import Engine  # after the lock: most starts end above
 
     # The engine's settings that reaping uses; no warm pool (that is a server's).
@@ -249,14 +278,14 @@ def main(argv: list[str] | None = None) -> int:
         config = replace(config, paused_stop_after=args.paused_stop_after)
     if args.interval is not None:
         config = replace(config, reaper_interval=args.interval)
+    if stopping.is_set():  # stopped while starting (before its data dir is removed)
+        return 0
     try:
         engine = Engine(config, reaper=False)
     except Exception as exc:  # noqa: BLE001 - logged; the next create starts another
         _log(f"cannot open the engine in {args.data_dir}: {exc}")
         return 1
-    watch = _Watch(engine, lock_fd, config.reaper_interval)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda *_: watch.stop.set())
+    watch = _Watch(engine, lock_fd, config.reaper_interval, stopping)
     _log(f"supervising {args.data_dir}")
     try:
         watch.run()

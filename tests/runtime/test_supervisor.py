@@ -89,7 +89,8 @@ def test_a_cli_sandbox_is_paused_stopped_and_left_with_no_process_alive(data_dir
                    ABX_PAUSED_STOP_AFTER="3")
     sandbox_id = created["sandbox_id"]
     assert created["state"] == "running"
-    _wait("the supervisor starts", lambda: supervisor.status(data_dir).running, 10)
+    assert supervisor.status(data_dir).running  # from the moment it is started
+    _wait("the supervisor starts", lambda: supervisor.status(data_dir).pid > 0, 10)
     running = supervisor.status(data_dir)
     assert running.running and running.pid and time.time() - running.since < 60
     # Detached: not the CLI's (gone) nor this process's child, in a session of its own.
@@ -109,7 +110,7 @@ def test_a_cli_sandbox_is_paused_stopped_and_left_with_no_process_alive(data_dir
                           sandbox_id, "echo", "back"], env=_env(data_dir), text=True,
                          capture_output=True, timeout=120, cwd="/")
     assert out.stdout.strip() == "back", out.stderr[-2000:]
-    _wait("a supervisor again", lambda: supervisor.status(data_dir).running, 10)
+    _wait("a supervisor again", lambda: supervisor.status(data_dir).pid > 0, 10)
     again = supervisor.status(data_dir)
     assert again.pid != running.pid
     _abx(data_dir, "sandbox", "kill", sandbox_id)
@@ -121,7 +122,7 @@ def test_a_cli_sandbox_is_paused_stopped_and_left_with_no_process_alive(data_dir
 def test_an_engine_killed_mid_create_is_cleaned_up_without_anyone_calling(data_dir: Path
                                                                           ) -> None:
     keeper = _abx(data_dir, "sandbox", "create")["sandbox_id"]
-    _wait("the supervisor starts", lambda: supervisor.status(data_dir).running, 10)
+    _wait("the supervisor starts", lambda: supervisor.status(data_dir).pid > 0, 10)
     runc = Runc(data_dir / "runc")
     store = Store(data_dir / "state.db")
     orphan = ""
