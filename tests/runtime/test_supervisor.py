@@ -175,3 +175,40 @@ def test_status_reads_a_garbled_status_file_as_running_unknown(tmp_path: Path) -
     finally:
         os.close(fd)
     assert supervisor.stop(tmp_path, timeout=0.2)
+
+
+_KILL_ALL = """
+from agent_sandbox.providers.local import local_provider
+e = local_provider()
+for i in e.list():
+    e.kill(i.sandbox_id, delete_volume=True)
+"""
+
+
+def test_a_rootless_users_sandbox_is_paused_with_no_process_alive(local_users: Any) -> None:
+    from agent_sandbox.runtime import subids
+
+    subids.reserve()  # before useradd: the user's subuids must not be the root engine's
+    user = local_users.create()
+    if user.run(["unshare", "--user", "--map-root-user", "true"]).returncode != 0:
+        pytest.skip("unprivileged user namespaces do not work here")
+    env = user.env(PYTHONPATH=ROOT, ABX_ENGINE="rootless")
+    data = user.home / ".local" / "share" / "agent-sandbox"  # XDG_DATA_HOME's default
+
+    def abx(*args: str) -> Any:
+        proc = user.run([user.python(), "-m", "agent_sandbox.cli", *args, "--json"], env=env)
+        assert proc.returncode == 0, (args, proc.stdout, proc.stderr[-3000:])
+        return json.loads(proc.stdout) if proc.stdout.strip() else None
+
+    try:
+        sandbox_id = abx("sandbox", "create", "--timeout", "3")["sandbox_id"]
+        _wait("the supervisor starts", lambda: supervisor.status(data).pid > 0, 10)
+        pid = supervisor.status(data).pid
+        assert Path(f"/proc/{pid}").stat().st_uid == user.uid  # the user's own process
+        _wait("auto-pause", lambda: [s["state"] for s in abx("sandbox", "list")] == ["paused"],
+              10)
+        abx("sandbox", "kill", sandbox_id)
+        _wait("the supervisor exits", lambda: not supervisor.status(data).running, 10)
+    finally:
+        user.run([user.python(), "-c", _KILL_ALL], env=env, timeout=120)
+        supervisor.stop(data)
