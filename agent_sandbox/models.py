@@ -7,8 +7,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-SandboxState = Literal["running", "paused"]
-
 
 @dataclass(frozen=True)
 class CreateOptions:

@@ -43,6 +43,7 @@ def _clean_engine_at_exit() -> Iterator[None]:
     if _engine_missing() is not None:
         return
     from agent_sandbox.providers.local import local_provider
+    from agent_sandbox.runtime import supervisor
 
     engine = local_provider()
     engine.drain_pool()
@@ -50,6 +51,7 @@ def _clean_engine_at_exit() -> Iterator[None]:
         engine.kill(info.sandbox_id, delete_volume=True)
     for volume in engine.list_volumes():
         engine.delete_volume(volume.volume_id)
+    supervisor.stop(_DATA)  # the session's lifecycle supervisor, before its dir goes
     engine.close()
     engine.release_host_mounts()
     shutil.rmtree(_DATA, ignore_errors=True)

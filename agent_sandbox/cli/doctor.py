@@ -215,6 +215,24 @@ def check_data_dir() -> Check:
                  "" if ok else f"mkdir -p {path} && chmod 711 {path}")
 
 
+def check_supervisor() -> Check:
+    """The data dir's lifecycle supervisor: it pauses idle sandboxes when no engine runs."""
+    import time
+
+    from agent_sandbox.runtime import supervisor
+    from agent_sandbox.runtime.config import default_data_dir
+
+    found = supervisor.status(default_data_dir())
+    if not found.running:
+        return Check("lifecycle supervisor", True, "not running (it starts with the first "
+                     "sandbox and exits once none can time out)", required=False)
+    if not found.pid:
+        return Check("lifecycle supervisor", True, "starting", required=False)
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(found.since))
+    return Check("lifecycle supervisor", True, f"pid {found.pid}, running since {since} "
+                 "(pauses idle sandboxes, stops long-paused ones)", required=False)
+
+
 def check_disk_headroom() -> Check:
     """Free space where sandboxes live, against the reserve creates keep."""
     from agent_sandbox.runtime.config import EngineConfig
@@ -260,7 +278,7 @@ def run_checks() -> list[Check]:
     if rootless:
         checks += [check_tool("newuidmap", "uidmap", "ids 1-65535 inside sandboxes", False),
                    check_rootless_network()]
-    checks += [check_data_dir(), check_disk_headroom()]
+    checks += [check_data_dir(), check_supervisor(), check_disk_headroom()]
     if all(c.ok for c in checks if c.required):
         checks.append(check_templates())
     return checks

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from agent_sandbox.errors import RuntimeUnavailableError, SandboxTimeoutError
+from agent_sandbox.runtime import supervisor
 from agent_sandbox.runtime.config import Limits
 from agent_sandbox.runtime.disk import SYSTEM, WORKSPACE
 from agent_sandbox.runtime.guest_client import GuestClient, GuestUnavailableError
@@ -39,6 +40,7 @@ class Booter:
 
     def boot(self, row: SandboxRow) -> None:
         """Mount disk and root filesystem, write the bundle, start the container."""
+        supervisor.ensure_running(self.layout.config)  # its idle timeout outlives us
         sbdir = self.layout.sandbox_dir(row.id)
         disk_root = self.mode.attach(row)
         self.mode.sweep_trash(disk_root)  # a crashed reset's

@@ -29,7 +29,7 @@ from agent_sandbox.runtime.pool import WarmPool, new_id
 from agent_sandbox.runtime.reaper import reap_loop, reap_once
 from agent_sandbox.runtime.runc import Runc
 from agent_sandbox.runtime.sandboxes import VISIBLE, Sandboxes
-from agent_sandbox.runtime.store import CREATING, RUNNING, SandboxRow, Store
+from agent_sandbox.runtime.store import SandboxRow, SandboxState, Store
 from agent_sandbox.runtime.templates import Template, TemplateStore
 
 
@@ -180,14 +180,14 @@ class Engine(GuestOps):
         sandbox_id = new_id()
         now = time.time()
         row = SandboxRow(
-            id=sandbox_id, template=tmpl.name, state=CREATING, created_at=now, last_used=now,
-            timeout=float(timeout), persistent=persistent, network=network,
+            id=sandbox_id, template=tmpl.name, state=SandboxState.CREATING, created_at=now,
+            last_used=now, timeout=float(timeout), persistent=persistent, network=network,
             volume_id=volume or f"vol-{sandbox_id[4:]}", envs=envs, metadata=metadata,
             limits=limits.__dict__,
             layers=[{"target": layer.target, "lowers": layer.lowers} for layer in tmpl.layers],
             owner=owner,
         )
-        parts.make(row, new_volume=volume is None, final_state=RUNNING)
+        parts.make(row, new_volume=volume is None, final_state=SandboxState.RUNNING)
         return self.info(sandbox_id)
 
     def drain_pool(self) -> int:

@@ -11,9 +11,8 @@ from typing import Any
 from agent_sandbox.runtime.config import EngineConfig
 from agent_sandbox.runtime.guest_client import GuestClient, GuestUnavailableError
 from agent_sandbox.runtime.sandboxes import Sandboxes
-from agent_sandbox.runtime.store import CREATING, SandboxRow
+from agent_sandbox.runtime.store import SandboxRow, SandboxState
 
-POOLED = "pooled"
 _ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 
 
@@ -70,18 +69,18 @@ class WarmPool:
             sandbox_id = new_id()
             now = time.time()
             row = SandboxRow(
-                id=sandbox_id, template=tmpl.name, state=CREATING, created_at=now,
+                id=sandbox_id, template=tmpl.name, state=SandboxState.CREATING, created_at=now,
                 last_used=now, timeout=300.0, persistent=False, network=False,
                 volume_id=f"vol-{sandbox_id[4:]}", limits=self.config.limits.__dict__,
                 layers=[{"target": x.target, "lowers": x.lowers} for x in tmpl.layers],
             )
-            self.sandboxes.make(row, new_volume=True, final_state=POOLED)
+            self.sandboxes.make(row, new_volume=True, final_state=SandboxState.POOLED)
 
     def drain(self) -> int:
         """Destroy every warm, unclaimed sandbox; returns how many."""
         drained = 0
         for row in self.sandboxes.store.list_sandboxes():
-            if row.state == POOLED:
+            if row.state == SandboxState.POOLED:
                 self.sandboxes.destroy(row, delete_volume=True)
                 drained += 1
         return drained

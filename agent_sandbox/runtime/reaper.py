@@ -8,7 +8,7 @@ import time
 
 from agent_sandbox.runtime.config import EngineConfig
 from agent_sandbox.runtime.sandboxes import Sandboxes
-from agent_sandbox.runtime.store import PAUSED, RUNNING
+from agent_sandbox.runtime.store import SandboxState
 
 _BASE_REFRESH_EVERY = 10.0
 
@@ -22,9 +22,9 @@ def reap_once(sandboxes: Sandboxes, config: EngineConfig, now: float | None = No
         try:
             if sandboxes.activity.active(row.id):
                 continue  # a call is in flight: not idle, whatever last_used says
-            if row.state == RUNNING and idle_until < now:
+            if row.state == SandboxState.RUNNING and idle_until < now:
                 sandboxes.pause(row.id)
-            elif row.state == PAUSED and idle_until + config.paused_stop_after < now:
+            elif row.state == SandboxState.PAUSED and idle_until + config.paused_stop_after < now:
                 with sandboxes.lock(row.id):
                     state = sandboxes.runc.state(row.id)
                     # Rootless containers stay "running" for runc (stopped processes).

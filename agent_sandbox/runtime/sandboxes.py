@@ -15,7 +15,7 @@ from typing import Any
 
 from agent_sandbox.errors import NotFoundError, WrongStateError
 from agent_sandbox.models import SandboxInfo, VolumeInfo
-from agent_sandbox.runtime import validate
+from agent_sandbox.runtime import supervisor, validate
 from agent_sandbox.runtime.activity import Activity
 from agent_sandbox.runtime.boot import Booter
 from agent_sandbox.runtime.guest_client import (
@@ -28,22 +28,15 @@ from agent_sandbox.runtime.kernels import Kernels
 from agent_sandbox.runtime.oci import DEFAULT_PATH
 from agent_sandbox.runtime.runc import Runc
 from agent_sandbox.runtime.sandbox_lock import SandboxLock
-from agent_sandbox.runtime.store import (
-    KILLING,
-    KILLING_VOLUME,
-    PAUSED,
-    RUNNING,
-    SandboxRow,
-    Store,
-    VolumeRow,
-)
+from agent_sandbox.runtime.store import SandboxRow, SandboxState, Store, VolumeRow
 from agent_sandbox.runtime.templates import Template, TemplateStore
 
 _CONTROL_TIMEOUT = 10.0  # freeze/thaw answers, under the sandbox's lock
 # last_used is written at most this often per sandbox: idle timeouts are seconds long,
 # and a write per exec is a measurable share of a 5 ms round trip.
 _TOUCH_EVERY = 1.0
-VISIBLE = (RUNNING, PAUSED)
+VISIBLE = (SandboxState.RUNNING, SandboxState.PAUSED)
+NEW_PREFIX = ".new-"  # a sandbox dir being made, before its create lock is held
 
 
 class Sandboxes:
@@ -123,11 +116,16 @@ class Sandboxes:
         (claimed only once the row exists, so no crash leaves a volume claimed by a
         sandbox nobody knows)."""
         sbdir = self.sandbox_dir(row.id)
-        sbdir.mkdir(mode=0o700)
-        self.mode.private_dir(sbdir)
-        # Held for the whole create: recovery treats an unlocked "creating" row as a crash.
-        create_lock = open(sbdir / "create.lock", "w")  # noqa: SIM115
+        # Made under a name of its own and locked before it gets its real one: recovery
+        # (run by other processes at any time) never sees an unlocked sandbox dir that is
+        # being created. The create lock is held for the whole create: an unlocked
+        # "creating" row is a crash.
+        new = sbdir.with_name(f"{NEW_PREFIX}{row.id}-{os.getpid()}")
+        new.mkdir(mode=0o700)
+        self.mode.private_dir(new)
+        create_lock = open(new / "create.lock", "w")  # noqa: SIM115
         fcntl.flock(create_lock, fcntl.LOCK_EX)
+        os.rename(new, sbdir)
         self.store.insert_sandbox(row)
         if not new_volume:
             try:
@@ -171,17 +169,17 @@ class Sandboxes:
     def pause(self, sandbox_id: str) -> None:
         with self.lock(sandbox_id):
             row = self.row(sandbox_id)
-            if row.state == PAUSED:
+            if row.state == SandboxState.PAUSED:
                 return
             self.ensure_container(row)
             # The row first: a crash before the freeze leaves "paused" over a running
             # container, which the next use sorts out; the other order left "running"
             # over a frozen guest, and every call waited on it.
-            self.store.update_sandbox(sandbox_id, state=PAUSED)
+            self.store.update_sandbox(sandbox_id, state=SandboxState.PAUSED)
             try:
                 self.mode.freeze(self.runc, sandbox_id, self.control(sandbox_id))
             except BaseException:
-                self.store.update_sandbox(sandbox_id, state=RUNNING)
+                self.store.update_sandbox(sandbox_id, state=SandboxState.RUNNING)
                 raise
 
     def reset_rootfs(self, sandbox_id: str) -> None:
@@ -194,15 +192,15 @@ class Sandboxes:
             self.mode.sweep_trash(self.mode.attach(row))
             self.mode.wipe_system_layer(self.booter.system_dir(row))
             self.booter.boot(row)
-            self.store.update_sandbox(sandbox_id, state=RUNNING, last_used=time.time())
+            self.store.update_sandbox(sandbox_id, state=SandboxState.RUNNING, last_used=time.time())
 
     def kill(self, sandbox_id: str, delete_volume: bool) -> None:
         with self.lock(sandbox_id):
             row = self.row(sandbox_id)
             # Hidden from now on, and the answer about its volume is on record: a crash
             # from here is finished by recover() the same way (the lock tells it we died).
-            self.store.update_sandbox(sandbox_id,
-                                      state=KILLING_VOLUME if delete_volume else KILLING)
+            intent = SandboxState.KILLING_VOLUME if delete_volume else SandboxState.KILLING
+            self.store.update_sandbox(sandbox_id, state=intent)
             self.code.forget(sandbox_id, keep_contexts=False)
             self.destroy(row, delete_volume=delete_volume)
         with self._locks_guard:
@@ -221,8 +219,8 @@ class Sandboxes:
             self.runc.delete(row.id)
             self.mode.unmount_root(row)
             self.booter.boot(row)
-            self.store.update_sandbox(row.id, state=RUNNING)
-            return RUNNING
+            self.store.update_sandbox(row.id, state=SandboxState.RUNNING)
+            return SandboxState.RUNNING
 
     # the guest --------------------------------------------------------------------------
     def control(self, sandbox_id: str) -> GuestClient:
@@ -233,12 +231,14 @@ class Sandboxes:
     def guest(self, sandbox_id: str, row: SandboxRow | None = None) -> GuestClient:
         """A client for a running sandbox: resumes a paused one, extends its life."""
         row = row or self.row(sandbox_id)
-        if row.state == PAUSED or not os.path.exists(self.socket(sandbox_id)):
+        if row.state == SandboxState.PAUSED or not os.path.exists(self.socket(sandbox_id)):
             with self.lock(sandbox_id):
                 row = self.row(sandbox_id)
                 status = self.ensure_container(row)
                 self.mode.thaw(self.runc, row, status, self.control(sandbox_id))
-                self.store.update_sandbox(sandbox_id, state=RUNNING, last_used=time.time())
+                self.store.update_sandbox(sandbox_id, state=SandboxState.RUNNING,
+                                          last_used=time.time())
+            supervisor.ensure_running(self.layout.config)
         elif time.time() - row.last_used > _TOUCH_EVERY:
             self.store.touch(sandbox_id)
         return GuestClient(self.socket(sandbox_id))

@@ -1,4 +1,10 @@
-"""SQLite state: one row per sandbox and per kept volume. Survives any engine restart."""
+"""SQLite state: one row per sandbox and per kept volume. Survives any engine restart.
+
+The schema carries its version in ``PRAGMA user_version``: opening a database applies,
+in one transaction, every migration step it has not had yet. A database from before
+versioning (``user_version`` 0, written by the first schema) is upgraded in place; one
+from a newer agent-sandbox is refused untouched.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +15,20 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from agent_sandbox import private_db
+from agent_sandbox.errors import RuntimeUnavailableError
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sandboxes (
+# Migration step N brings a database from user_version N to N + 1, one statement at a
+# time (executescript would commit half way). Step 0 is the first schema exactly, with
+# IF NOT EXISTS: a version-0 database from before versioning already has its tables.
+# Append steps; never edit a released one.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE IF NOT EXISTS sandboxes (
     id TEXT PRIMARY KEY,
     template TEXT NOT NULL,
     state TEXT NOT NULL,
@@ -31,27 +44,38 @@ CREATE TABLE IF NOT EXISTS sandboxes (
     limits TEXT NOT NULL,
     layers TEXT NOT NULL,
     helper_pid INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS volumes (
+)""",
+        """CREATE TABLE IF NOT EXISTS volumes (
     id TEXT PRIMARY KEY,
     size_mb INTEGER NOT NULL,
     created_at REAL NOT NULL,
     attached_to TEXT NOT NULL DEFAULT ''
-);
-"""
+)""",
+    ),
+)
+SCHEMA_VERSION = len(MIGRATIONS)
 
 
-# A sandbox's state. Callers see the first two; the others are work in progress that a
-# crash leaves for recover() to finish: a create, or a kill keeping / deleting the volume.
-RUNNING, PAUSED = "running", "paused"
-CREATING, KILLING, KILLING_VOLUME = "creating", "killing", "killing-volume"
+class SandboxState(StrEnum):
+    """A sandbox row's state; the values are what the database (and JSON) hold.
+
+    Callers see RUNNING and PAUSED. POOLED is a warm sandbox nobody has claimed. The
+    others are work in progress that a crash leaves for recover() to finish: a create,
+    or a kill keeping / deleting the volume."""
+
+    RUNNING = "running"
+    PAUSED = "paused"
+    POOLED = "pooled"
+    CREATING = "creating"
+    KILLING = "killing"
+    KILLING_VOLUME = "killing-volume"
 
 
 @dataclass
 class SandboxRow:
     id: str
     template: str
-    state: str
+    state: SandboxState
     created_at: float
     last_used: float
     timeout: float
@@ -83,9 +107,35 @@ class Store:
         self._db = private_db.connect(path, timeout=30, check_same_thread=False,
                                       isolation_level=None)
         self._lock = threading.Lock()
+        self._refuse_newer(path)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
+        self._migrate(path)
+
+    def _version(self) -> int:
+        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _refuse_newer(self, path: Path) -> None:
+        version = self._version()
+        if version > SCHEMA_VERSION:
+            self._db.close()
+            raise RuntimeUnavailableError(
+                f"{path} was written by a newer agent-sandbox (schema version {version}; "
+                f"this one knows up to {SCHEMA_VERSION}): upgrade agent-sandbox, or point "
+                "ABX_DATA_DIR at another data dir")
+
+    def _migrate(self, path: Path) -> None:
+        if self._version() == SCHEMA_VERSION:
+            return
+        with self._tx() as db:
+            version = self._version()  # another process may have migrated meanwhile
+            if version > SCHEMA_VERSION:
+                raise RuntimeUnavailableError(f"{path} was upgraded meanwhile by a newer "
+                                              f"agent-sandbox (schema version {version})")
+            for step in MIGRATIONS[version:]:
+                for statement in step:
+                    db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -130,19 +180,21 @@ class Store:
                 changes[key] = json.dumps(changes[key])
         sets = ", ".join(f"{k} = :{k}" for k in changes)
         with self._tx() as db:
-            cur = db.execute("SELECT id, limits FROM sandboxes WHERE state = 'pooled' AND "
-                             "template = ? ORDER BY created_at", (template,))
+            cur = db.execute("SELECT id, limits FROM sandboxes WHERE state = ? AND "
+                             "template = ? ORDER BY created_at",
+                             (SandboxState.POOLED, template))
             for found_id, found_limits in cur.fetchall():
                 if json.loads(found_limits) == limits:
-                    db.execute(f"UPDATE sandboxes SET state = 'running', {sets} "
-                               "WHERE id = :_id", {**changes, "_id": found_id})
+                    db.execute(f"UPDATE sandboxes SET state = :_running, {sets} "
+                               "WHERE id = :_id", {**changes, "_id": found_id,
+                                                   "_running": SandboxState.RUNNING})
                     return str(found_id)
         return None
 
     def count_pooled(self, template: str) -> int:
         with self._lock:
-            cur = self._db.execute("SELECT COUNT(*) FROM sandboxes WHERE state = 'pooled' "
-                                   "AND template = ?", (template,))
+            cur = self._db.execute("SELECT COUNT(*) FROM sandboxes WHERE state = ? "
+                                   "AND template = ?", (SandboxState.POOLED, template))
             return int(cur.fetchone()[0])
 
     def delete_sandbox(self, sandbox_id: str) -> None:
@@ -170,6 +222,7 @@ class Store:
                 data[key] = json.loads(data[key])
             data["persistent"] = bool(data["persistent"])
             data["network"] = bool(data["network"])
+            data["state"] = SandboxState(data["state"])
             out.append(SandboxRow(**data))
         return out
 

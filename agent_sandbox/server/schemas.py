@@ -21,7 +21,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchem
 
 from agent_sandbox.errors import InvalidArgumentError
 from agent_sandbox.runtime import validate
-from agent_sandbox.runtime.store import PAUSED, RUNNING
+from agent_sandbox.runtime.store import SandboxState
 from agent_sandbox.runtime.templates import _NAME_RE as _TEMPLATE_NAME
 from agent_sandbox.runtime.templates import validate_name
 
@@ -46,7 +46,7 @@ MAX_PID = 1 << 22  # the guest's bound, the kernel's PID_MAX_LIMIT
 MAX_FILE_OFFSET = 1 << 62  # the guest's bound on a read's offset and limit
 MIN_SIGNAL, MAX_SIGNAL = 1, 64  # the guest's bound
 LANGUAGES = ("python", "python3")  # kernels.py: the code interpreter runs python
-SANDBOX_STATES = (RUNNING, PAUSED)
+SANDBOX_STATES = (SandboxState.RUNNING, SandboxState.PAUSED)
 
 SANDBOX_ID_PATTERN = validate._SANDBOX_ID.pattern
 CODE_CONTEXT_PATTERN = validate._CODE_CONTEXT.pattern
