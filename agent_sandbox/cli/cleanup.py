@@ -2,8 +2,9 @@
 
 Recovery runs first (half-made or half-killed sandboxes are finished, orphan containers
 and mounts removed), the warm pool is drained, then the read-only template views are
-unmounted. With no sandbox left, nothing of agent-sandbox is mounted any more and the
-data dir can be deleted (the uninstall path); with sandboxes left, it says which.
+unmounted and the data dir's lifecycle supervisor stopped. With no sandbox left, nothing
+of agent-sandbox is mounted or running any more and the data dir can be deleted (the
+uninstall path); with sandboxes left, it says which.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ def cleanup(json_out: bool) -> None:
         try:
             engine.release_host_mounts()
             released = True
+            from agent_sandbox.runtime import supervisor
+
+            supervisor.stop(data_dir)  # nothing left for it to look after
         except WrongStateError:  # one appeared meanwhile, from another process
             live = [s.sandbox_id for s in engine.list()]
     left = mounts_under(data_dir)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import Abx
 
+from agent_sandbox.runtime import supervisor
 from agent_sandbox.runtime.rootfs import mounts_under
 
 pytestmark = pytest.mark.integration
@@ -139,4 +140,5 @@ def test_doctor_cleanup_leaves_a_deletable_data_dir(abx: Abx) -> None:
     assert mounts_under(data) == []  # the CLI's own exit released the views
     report = abx("doctor", "--cleanup", "--json", env=env).json()
     assert report["ok"] and report["sandboxes"] == [] and report["mounts_left"] == []
+    assert not supervisor.status(data).running  # nothing of ours runs for this data dir
     shutil.rmtree(data)  # no read-only view to walk into

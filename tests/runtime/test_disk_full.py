@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from agent_sandbox.errors import ResourceExhaustedError
-from agent_sandbox.runtime import syscalls
+from agent_sandbox.runtime import supervisor, syscalls
 from agent_sandbox.runtime.config import EngineConfig
 from agent_sandbox.runtime.engine import Engine
 
@@ -177,3 +177,4 @@ def test_a_full_host_disk_loses_no_write(small_host: Path) -> None:
             engine.delete_volume(volume.volume_id)
         engine.close()
         engine.release_host_mounts()
+        supervisor.stop(data)
