@@ -20,7 +20,7 @@ import threading
 from agent_sandbox.errors import RuntimeUnavailableError
 from agent_sandbox.providers.base import Provider
 from agent_sandbox.providers.engine_choice import EngineChoice, choose_engine
-from agent_sandbox.settings import Settings, SettingsError
+from agent_sandbox.settings import Settings, SettingsError, from_environment
 
 _remotes: dict[tuple[str, str, float], Provider] = {}
 _choices: dict[tuple[object, ...], EngineChoice] = {}
@@ -36,7 +36,7 @@ def use_settings(settings: Settings | None) -> None:
 
 
 def _settings(given: Settings | None) -> Settings:
-    return given or _installed or Settings()
+    return given or _installed or from_environment()
 
 
 def _choice_key(s: Settings) -> tuple[object, ...]:

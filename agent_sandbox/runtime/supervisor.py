@@ -199,6 +199,9 @@ def needs_watching(engine: Engine) -> bool:
     return any(live.get(sandbox_id) in _ALIVE for sandbox_id in paused)
 
 
+LINGER = 20.0  # seconds with nothing to watch before the supervisor exits
+
+
 class _Watch:
     def __init__(self, engine: Engine, lock_fd: int, interval: float,
                  stop: threading.Event) -> None:
@@ -211,6 +214,7 @@ class _Watch:
 
     def run(self) -> None:
         db = self.engine.config.db_path
+        idle_since: float | None = None
         while not self.stop.wait(self.interval):
             if not db.exists():
                 _log("the data dir was removed; exiting")
@@ -218,6 +222,12 @@ class _Watch:
             self._step("recover", self.engine.recover)
             self._step("reap", self.engine.reap_once)
             if self._busy():
+                idle_since = None
+                continue
+            # Not at the first idle moment: a create right after the last kill (a script's
+            # loop, a benchmark) would start a new process (~50 ms of CPU) every time.
+            idle_since = idle_since or time.monotonic()
+            if time.monotonic() - idle_since < LINGER:
                 continue
             # Nothing left: let go of the lock, then look once more. A create or resume
             # that found the lock held (and so started nobody) has its row in by now.

@@ -101,7 +101,8 @@ def test_a_cli_sandbox_is_paused_stopped_and_left_with_no_process_alive(data_dir
     runc = Runc(data_dir / "runc")
     _wait("the long-paused container stopped", lambda: runc.state(sandbox_id) is None, 15)
     # Paused with no container left: nothing can time out, so it exits.
-    _wait("the supervisor exits", lambda: not supervisor.status(data_dir).running, 10)
+    _wait("the supervisor exits", lambda: not supervisor.status(data_dir).running,
+          supervisor.LINGER + 15)
     _wait("its process ends", lambda: not _pid_alive(running.pid), 10)
     assert _states(data_dir) == {sandbox_id: "paused"}
 
@@ -115,7 +116,7 @@ def test_a_cli_sandbox_is_paused_stopped_and_left_with_no_process_alive(data_dir
     assert again.pid != running.pid
     _abx(data_dir, "sandbox", "kill", sandbox_id)
     _wait("the supervisor exits once nothing is left",
-          lambda: not supervisor.status(data_dir).running, 10)
+          lambda: not supervisor.status(data_dir).running, supervisor.LINGER + 15)
     _wait("its process ends", lambda: not _pid_alive(again.pid), 10)
 
 
@@ -154,7 +155,7 @@ def test_an_engine_killed_mid_create_is_cleaned_up_without_anyone_calling(data_d
     assert _states(data_dir) == {keeper: "running"}
     _abx(data_dir, "sandbox", "kill", keeper)
     _wait("the supervisor exits once nothing is left",
-          lambda: not supervisor.status(data_dir).running, 10)
+          lambda: not supervisor.status(data_dir).running, supervisor.LINGER + 15)
 
 
 def test_status_reads_a_garbled_status_file_as_running_unknown(tmp_path: Path) -> None:
@@ -208,7 +209,8 @@ def test_a_rootless_users_sandbox_is_paused_with_no_process_alive(local_users: A
         _wait("auto-pause", lambda: [s["state"] for s in abx("sandbox", "list")] == ["paused"],
               10)
         abx("sandbox", "kill", sandbox_id)
-        _wait("the supervisor exits", lambda: not supervisor.status(data).running, 10)
+        _wait("the supervisor exits", lambda: not supervisor.status(data).running,
+              supervisor.LINGER + 15)
     finally:
         user.run([user.python(), "-c", _KILL_ALL], env=env, timeout=120)
         supervisor.stop(data)
