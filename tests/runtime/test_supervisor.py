@@ -83,6 +83,7 @@ def _pid_alive(pid: int) -> bool:
     return not Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
 
 
+@pytest.mark.integration
 def test_a_cli_sandbox_is_paused_stopped_and_left_with_no_process_alive(data_dir: Path
                                                                          ) -> None:
     created = _abx(data_dir, "sandbox", "create", "--timeout", "3",
@@ -120,6 +121,7 @@ def test_a_cli_sandbox_is_paused_stopped_and_left_with_no_process_alive(data_dir
     _wait("its process ends", lambda: not _pid_alive(again.pid), 10)
 
 
+@pytest.mark.integration
 def test_an_engine_killed_mid_create_is_cleaned_up_without_anyone_calling(data_dir: Path
                                                                           ) -> None:
     keeper = _abx(data_dir, "sandbox", "create")["sandbox_id"]
@@ -186,6 +188,7 @@ for i in e.list():
 """
 
 
+@pytest.mark.integration
 def test_a_rootless_users_sandbox_is_paused_with_no_process_alive(local_users: Any) -> None:
     from agent_sandbox.runtime import subids
 
