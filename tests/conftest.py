@@ -40,7 +40,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session", autouse=True)
 def _clean_engine_at_exit() -> Iterator[None]:
     yield
-    if _engine_missing() is not None:
+    if _engine_missing() is not None:  # unit tests only: no engine ever used the dir
+        shutil.rmtree(_DATA, ignore_errors=True)
         return
     from agent_sandbox.providers.local import local_provider
     from agent_sandbox.runtime import supervisor
