@@ -19,7 +19,7 @@ from typing import Any
 
 from agent_sandbox.errors import InvalidArgumentError, WrongStateError
 from agent_sandbox.models import SandboxInfo, TemplateInfo, VolumeInfo
-from agent_sandbox.runtime import code_template, recovery, validate
+from agent_sandbox.runtime import code_template, recovery, supervisor, validate
 from agent_sandbox.runtime.activity import Activity
 from agent_sandbox.runtime.boot import GUEST_DIR
 from agent_sandbox.runtime.config import EngineConfig, Limits
@@ -41,6 +41,7 @@ class Engine(GuestOps):
         self._start_guard = threading.Lock()
         self._stop = threading.Event()
         self._parts: Sandboxes | None = None
+        self._reaping: int | None = None
         self._pool: WarmPool | None = None
 
     # start and stop ---------------------------------------------------------------------
@@ -61,6 +62,8 @@ class Engine(GuestOps):
             self._pool = WarmPool(parts, self.config, self._stop)
             self._parts = parts
         if self._reaper:
+            # While this process reaps, the data dir's supervisor stands down.
+            self._reaping = supervisor.hold_reaper_lock(self.config.data_dir)
             threading.Thread(target=reap_loop, args=(parts, self.config, self._stop),
                              name="abx-reaper", daemon=True).start()
         if self.config.pool_size > 0:
@@ -74,6 +77,9 @@ class Engine(GuestOps):
 
     def close(self) -> None:
         self._stop.set()
+        if self._reaping is not None:
+            os.close(self._reaping)
+            self._reaping = None
         if self._parts is None:
             return
         if self._pool is not None:

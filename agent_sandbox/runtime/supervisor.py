@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 
 LOCK_NAME = "supervisor.lock"
 LOG_NAME = "supervisor.log"
+# Held shared by every engine process that runs its own reaper on the data dir.
+REAPER_LOCK = "reaper.lock"
 _MODULE = "agent_sandbox.runtime.supervisor"
 _LOG_MAX = 256 << 10  # a bigger log is started afresh at the next spawn
 _STATUS_MAX = 4096
@@ -123,6 +125,23 @@ def _is_supervisor(pid: int) -> bool:
     except OSError:
         return False
     return _MODULE.encode() in cmdline.split(b"\0")
+
+
+def hold_reaper_lock(data_dir: Path) -> int | None:
+    """Say, for as long as the returned descriptor is open, that this process reaps the
+    data dir itself (a shared flock: any number of engines at once)."""
+    try:
+        fd = os.open(data_dir / REAPER_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return None
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd
+
+
+def reaper_alive(data_dir: Path) -> bool:
+    """Whether some engine process reaps the data dir now."""
+    return held_elsewhere(data_dir / REAPER_LOCK)
 
 
 def _try_lock(data_dir: Path) -> int | None:
@@ -219,8 +238,11 @@ class _Watch:
             if not db.exists():
                 _log("the data dir was removed; exiting")
                 return
-            self._step("recover", self.engine.recover)
-            self._step("reap", self.engine.reap_once)
+            # An engine process that reaps (an MCP server, a gateway, a script) does this
+            # work itself; two at once raced each other on live sandboxes.
+            if not reaper_alive(self.engine.config.data_dir):
+                self._step("recover", self.engine.recover)
+                self._step("reap", self.engine.reap_once)
             if self._busy():
                 idle_since = None
                 continue
