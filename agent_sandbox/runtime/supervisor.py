@@ -239,10 +239,12 @@ class _Watch:
                 _log("the data dir was removed; exiting")
                 return
             # An engine process that reaps (an MCP server, a gateway, a script) does this
-            # work itself; two at once raced each other on live sandboxes.
-            if not reaper_alive(self.engine.config.data_dir):
-                self._step("recover", self.engine.recover)
-                self._step("reap", self.engine.reap_once)
+            # work itself; the supervisor working beside one broke live sandboxes.
+            if reaper_alive(self.engine.config.data_dir):
+                idle_since = None
+                continue
+            self._step("recover", self.engine.recover)
+            self._step("reap", self.engine.reap_once)
             if self._busy():
                 idle_since = None
                 continue
@@ -310,8 +312,12 @@ def main(argv: list[str] | None = None) -> int:
         config = replace(config, paused_stop_after=args.paused_stop_after)
     if args.interval is not None:
         config = replace(config, reaper_interval=args.interval)
-    if stopping.is_set():  # stopped while starting (before its data dir is removed)
-        return 0
+    # Opening an engine recovers: not while an engine process that reaps is alive.
+    while reaper_alive(args.data_dir) and (args.data_dir / "state.db").is_file():
+        if stopping.wait(config.reaper_interval):
+            return 0
+    if stopping.is_set() or not (args.data_dir / "state.db").is_file():
+        return 0  # stopped while starting, or its data dir was removed
     try:
         engine = Engine(config, reaper=False)
     except Exception as exc:  # noqa: BLE001 - logged; the next create starts another
