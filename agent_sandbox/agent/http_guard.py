@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import anyio
 
 from agent_sandbox.agent import wire_guard
+from agent_sandbox.agent.wire_guard import HTTP_DEFAULT_VERSION, settle_initialize
 from agent_sandbox.settings import Settings
 
 Scope = dict[str, Any]
@@ -147,6 +148,10 @@ async def guard_post(scope: Scope, receive: Receive, send: Callable[..., Any],
     if verdict.message is None:
         await send_json(send, 400, verdict.reply)
         return None
+    msg = verdict.message
+    if isinstance(msg, dict) and msg.get("method") == "initialize":
+        # `{"params":{}}`, as documented for curl, is served with what a bare one lacks.
+        settle_initialize(msg, HTTP_DEFAULT_VERSION)
     # The SDK parses what we checked (the same message, so no second opinion on it).
     checked = json.dumps(verdict.message, ensure_ascii=False).encode()
     replayed = False

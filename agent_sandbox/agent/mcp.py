@@ -17,7 +17,8 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 from agent_sandbox.agent.banner import auth_configured, print_banner
 from agent_sandbox.agent.config import AgentConfig, with_warm_pool
 from agent_sandbox.agent.server import AgentServer, create_mcp_app
-from agent_sandbox.agent.stdio import STDIO_DEFAULT_VERSION, bounded_stdio
+from agent_sandbox.agent.stdio import bounded_stdio
+from agent_sandbox.agent.wire_guard import STDIO_DEFAULT_VERSION
 from agent_sandbox.providers.select import use_settings
 from agent_sandbox.settings import Settings, SettingsError
 

@@ -23,6 +23,7 @@ from agent_sandbox.agent.config import AgentConfig
 from agent_sandbox.agent.progress import ProgressStreamer
 from agent_sandbox.agent.request_guard import make_request_guard
 from agent_sandbox.agent.sessions import SessionRegistry, SessionState
+from agent_sandbox.agent.tool_results import OUTPUT_SCHEMAS
 from agent_sandbox.agent.tools import CallContext, ToolOutput, ToolSpec, resolve_allowlist
 from agent_sandbox.errors import (
     NotFoundError,
@@ -126,6 +127,7 @@ def create_mcp_app(template: str | None = None, tools: str | Sequence[str] | Non
     runtime = AgentRuntime(config, allowed, transport, audit or AuditLog(config.audit_log))
     listing = [
         types.Tool(name=t.name, description=t.description, input_schema=t.input_schema(),
+                   output_schema=OUTPUT_SCHEMAS[t.name],
                    annotations=types.ToolAnnotations(read_only_hint=t.read_only,
                                                      destructive_hint=t.destructive))
         for t in allowed

@@ -23,29 +23,19 @@ import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 from mcp_types import INTERNAL_ERROR
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from agent_sandbox.agent import wire_guard
 from agent_sandbox.agent.config import STDIO_MAX_MESSAGE
+from agent_sandbox.agent.wire_guard import settle_initialize
 
-STDIO_DEFAULT_VERSION = "2024-11-05"
 _READ_CHUNK = 1 << 16
 # Checking a line this long takes a while: do it off the event loop (pings keep flowing).
 _CHECK_IN_THREAD = 256 * 1024
+# At EOF, requests already read are finished and answered for at most this long.
+DRAIN_TIMEOUT_S = 30.0
 log = logging.getLogger("agent_sandbox.agent")
 # A reply the reader answers by itself, already encoded (an error, or a batch's errors).
 Reply = bytes
-
-
-def settle_initialize(obj: dict[str, Any]) -> None:
-    """Fill what a bare ``initialize`` lacks and pin the version STDIO clients expect."""
-    params = obj.get("params")
-    if not isinstance(params, dict):
-        params = obj["params"] = {}
-    if params.get("protocolVersion") not in HANDSHAKE_PROTOCOL_VERSIONS:
-        params["protocolVersion"] = STDIO_DEFAULT_VERSION
-    params.setdefault("capabilities", {})
-    params.setdefault("clientInfo", {"name": "unknown", "version": "0"})
 
 
 def parse_line(line: bytes, limit: int = STDIO_MAX_MESSAGE) -> SessionMessage | Reply:
@@ -171,6 +161,61 @@ class _DaemonReader:
         return data
 
 
+class InFlight:
+    """The ids of requests handed to the server and not yet answered.
+
+    At EOF the reader waits for these before closing the server's input: the SDK cancels
+    every handler still running when its input ends, so a piped ``tools/list`` or
+    ``tools/call`` followed by EOF would be answered "Connection closed".
+    """
+
+    def __init__(self) -> None:
+        self._ids: set[str] = set()
+        self._idle = anyio.Event()
+        self._idle.set()
+
+    @staticmethod
+    def _key(msg_id: Any) -> str:
+        return json.dumps(msg_id)
+
+    def opened(self, msg: SessionMessage) -> None:
+        m = msg.message
+        if isinstance(m, types.JSONRPCRequest):
+            self._ids.add(self._key(m.id))
+            if self._idle.is_set():
+                self._idle = anyio.Event()
+        elif isinstance(m, types.JSONRPCNotification) and m.method == "notifications/cancelled":
+            rid = (m.params or {}).get("requestId")
+            # A cancelled request is never answered (spec); the SDK coerces "1" to 1.
+            for key in {self._key(rid), self._key(str(rid))}:
+                self._close(key)
+            if isinstance(rid, str) and rid.isdigit():
+                self._close(self._key(int(rid)))
+
+    def answered(self, msg: SessionMessage) -> None:
+        m = msg.message
+        if isinstance(m, types.JSONRPCResponse | types.JSONRPCError):
+            self._close(self._key(m.id))
+
+    def abandon(self) -> None:
+        """Nothing can be answered any more (the client stopped reading)."""
+        self._ids.clear()
+        self._idle.set()
+
+    def _close(self, key: str) -> None:
+        self._ids.discard(key)
+        if not self._ids:
+            self._idle.set()
+
+    async def drained(self, timeout: float) -> bool:
+        with anyio.move_on_after(timeout):
+            await self._idle.wait()
+            return True
+        log.warning("EOF: %d request(s) still running after %g s are abandoned",
+                    len(self._ids), timeout)
+        return False
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -178,9 +223,10 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 @asynccontextmanager
-async def bounded_stdio(limit: int = STDIO_MAX_MESSAGE, stdin_fd: int = 0, stdout_fd: int = 1
-                        ) -> AsyncIterator[tuple[MemoryObjectReceiveStream[Any],
-                                                 MemoryObjectSendStream[SessionMessage]]]:
+async def bounded_stdio(
+        limit: int = STDIO_MAX_MESSAGE, stdin_fd: int = 0, stdout_fd: int = 1,
+        drain_timeout: float = DRAIN_TIMEOUT_S,
+) -> AsyncIterator[tuple[MemoryObjectReceiveStream[Any], MemoryObjectSendStream[SessionMessage]]]:
     """Serve over the process's stdin/stdout; fd 1 points at stderr meanwhile, so stray
     prints never corrupt the wire, and fd 0 at /dev/null."""
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -191,6 +237,7 @@ async def bounded_stdio(limit: int = STDIO_MAX_MESSAGE, stdin_fd: int = 0, stdou
     # The server sends SessionMessages; the reader sends its own encoded replies.
     write_send, write_recv = anyio.create_memory_object_stream[Any](64)
     writer_done = anyio.Event()
+    in_flight = InFlight()
 
     async def reader(replies: MemoryObjectSendStream[Any]) -> None:
         lines = LineReader(limit)
@@ -202,7 +249,10 @@ async def bounded_stdio(limit: int = STDIO_MAX_MESSAGE, stdin_fd: int = 0, stdou
                     if isinstance(msg, bytes):
                         await replies.send(msg)  # bad input is answered right here
                     else:
+                        in_flight.opened(msg)
                         await read_send.send(msg)
+            # EOF: what was already asked is still answered, then the session ends.
+            await in_flight.drained(drain_timeout)
 
     async def writer() -> None:
         try:
@@ -210,9 +260,12 @@ async def bounded_stdio(limit: int = STDIO_MAX_MESSAGE, stdin_fd: int = 0, stdou
                 async for msg in write_recv:
                     payload = msg if isinstance(msg, bytes) else encode(msg)
                     await anyio.to_thread.run_sync(_write_all, out_fd, payload + b"\n")
+                    if not isinstance(msg, bytes):
+                        in_flight.answered(msg)
         except OSError:
             pass  # the client is gone; EOF on stdin follows
         finally:
+            in_flight.abandon()
             writer_done.set()
 
     try:

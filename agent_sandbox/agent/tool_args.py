@@ -36,15 +36,17 @@ def _env_names(envs: dict[str, str]) -> dict[str, str]:
 
 
 def _file_mode(value: Any) -> int:
-    """A permission mode: an octal string ('0644', '0o755', '644') or its integer value."""
-    if isinstance(value, str):
-        text = value.strip().lower().removeprefix("0o")
-        if not 0 < len(text) <= 6 or any(digit not in "01234567" for digit in text):
-            raise refuse("an octal string such as '0644'")
-        value = int(text, 8)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0o7777:
-        raise refuse("an octal string such as '0644' (or its integer value, 420)")
-    return value
+    """A permission mode as an octal string ('0644', '0o755', '644'). A number is refused:
+    whether 644 meant octal or decimal cannot be told, and a wrong guess is a wrong mode."""
+    text = value.strip().lower().removeprefix("0o") if isinstance(value, str) else ""
+    if not 0 < len(text) <= 6 or any(digit not in "01234567" for digit in text):
+        raise refuse("an octal string such as '0644'" + (
+            " (a string: a number could be read as octal or decimal)"
+            if isinstance(value, int | float) and not isinstance(value, bool) else ""))
+    mode = int(text, 8)
+    if mode > 0o7777:
+        raise refuse("an octal string such as '0644' (at most '7777')")
+    return mode
 
 
 _WHOLE = BeforeValidator(_whole_float_as_int)
@@ -57,14 +59,12 @@ Envs = Annotated[dict[str, str], AfterValidator(_env_names), WithJsonSchema(
     {"type": "object", "additionalProperties": {"type": "string"},
      "propertyNames": {"pattern": ENV_NAME_PATTERN}})]
 FileMode = Annotated[int, PlainValidator(_file_mode), WithJsonSchema(
-    {"type": ["string", "integer"], "minimum": 0, "maximum": 0o7777})]
+    {"type": "string", "pattern": "^\\s*(0[oO])?[0-7]{1,6}\\s*$", "maxLength": 8})]
 Encoding = Literal["utf-8", "base64"]
 
 # Arguments several tools share.
 SANDBOX_ID = Field(None, max_length=128, description="Sandbox to use. Omit to use this "
                    "session's default sandbox (created on first use).")
-SANDBOX_ID_REQUIRED = Field(min_length=1, max_length=128, description="The sandbox's id "
-                            "(from create_sandbox or list_sandboxes).")
 PID = Field(description="The pid run_command returned.")
 FILE_PATH = Field(min_length=1, max_length=MAX_PATH,
                   description="Absolute path, or relative to /workspace.")
@@ -94,9 +94,10 @@ class ListSandboxesArgs(ToolArgs):
 
 
 class SandboxArgs(ToolArgs):
-    """pause_sandbox, resume_sandbox, reset_rootfs: a sandbox named explicitly."""
+    """pause_sandbox, resume_sandbox, reset_rootfs, kill_sandbox."""
 
-    sandbox_id: str = SANDBOX_ID_REQUIRED
+    sandbox_id: str | None = Field(None, max_length=128, description="Sandbox to act on. "
+                                   "Omit for this session's default sandbox.")
 
 
 class KillSandboxArgs(SandboxArgs):
@@ -154,7 +155,7 @@ class WriteFileArgs(ToolArgs):
     content: str = Field(description="The whole new content.")
     encoding: Encoding = ENCODING
     mode: FileMode = Field(0o644, description="Permissions as an octal string, e.g. '0755' "
-                           "(default '0644'); an integer is taken as the numeric value (420).")
+                           "(default '0644').")
     sandbox_id: str | None = SANDBOX_ID
 
 

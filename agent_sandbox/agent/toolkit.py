@@ -13,6 +13,7 @@ from agent_sandbox.agent.args import ToolArgs, parse_args, tool_schema
 from agent_sandbox.agent.config import CODE_TEMPLATE, AgentConfig
 from agent_sandbox.agent.output import OUTPUT_DIR, cut, split_budget
 from agent_sandbox.agent.sessions import SessionState
+from agent_sandbox.errors import NotFoundError
 from agent_sandbox.models import SandboxInfo
 from agent_sandbox.sdk import AsyncSandbox
 
@@ -100,6 +101,21 @@ async def sandbox_for(ctx: CallContext, sandbox_id: str | None, *,
                     template=template,
                     metadata={"mcp_session": ctx.session.session_id[:64]})
                 ctx.session.adopt(sb, persistent=False)
+    ctx.sandbox_id = sb.sandbox_id
+    return sb
+
+
+async def existing_sandbox(ctx: CallContext, sandbox_id: str | None) -> AsyncSandbox:
+    """The named sandbox, or the session's default one; never creates one (pausing or
+    killing a sandbox made just for that would be pointless)."""
+    if sandbox_id:
+        sb = await ctx.session.resolve(sandbox_id)
+    elif ctx.session.default_id is not None:
+        sb = ctx.session.sandboxes[ctx.session.default_id]
+    else:
+        raise NotFoundError("this session has no default sandbox yet (it is made by "
+                            "create_sandbox or the first run_command, run_code or file tool); "
+                            "pass sandbox_id, see list_sandboxes")
     ctx.sandbox_id = sb.sandbox_id
     return sb
 

@@ -29,6 +29,7 @@ from agent_sandbox.agent.toolkit import (
     ToolOutput,
     ToolSpec,
     describe,
+    existing_sandbox,
     fit_streams,
     public_info,
     sandbox_for,
@@ -74,8 +75,7 @@ async def list_sandboxes(ctx: CallContext, a: ListSandboxesArgs) -> ToolOutput:
 
 
 async def _lifecycle(ctx: CallContext, a: SandboxArgs, spec: ToolSpec, verb: str) -> ToolOutput:
-    sb = await ctx.session.resolve(a.sandbox_id)
-    ctx.sandbox_id = sb.sandbox_id
+    sb = await existing_sandbox(ctx, a.sandbox_id)
     await getattr(sb, verb)()
     info = await sb.info()
     return ToolOutput(f"{spec.name}: done; sandbox {describe(info)}.",
@@ -96,8 +96,7 @@ async def reset_rootfs(ctx: CallContext, a: SandboxArgs) -> ToolOutput:
 
 async def kill_sandbox(ctx: CallContext, a: KillSandboxArgs) -> ToolOutput:
     delete = a.delete_volumes
-    sb = await ctx.session.resolve(a.sandbox_id)
-    ctx.sandbox_id = sb.sandbox_id
+    sb = await existing_sandbox(ctx, a.sandbox_id)
     await sb.kill(delete_volume=delete)
     ctx.session.forget(sb.sandbox_id)
     kept = "" if delete else " Its /workspace volume was kept."
@@ -282,23 +281,26 @@ KILL_PROCESS = ToolSpec(
 PAUSE_SANDBOX = ToolSpec(
     "pause_sandbox",
     "Pause a sandbox (freeze its processes, keep its files) to free CPU and memory. It resumes "
-    "on resume_sandbox or on its next use.",
+    "on resume_sandbox or on its next use. Without sandbox_id: the session's default sandbox.",
     SandboxArgs, pause_sandbox)
 
 RESUME_SANDBOX = ToolSpec(
     "resume_sandbox",
-    "Resume a paused sandbox.",
+    "Resume a paused sandbox (without sandbox_id: the session's default sandbox).",
     SandboxArgs, resume_sandbox)
 
 RESET_ROOTFS = ToolSpec(
     "reset_rootfs",
     "Wipe every change outside /workspace (installed packages, edits under /etc...), keeping "
-    "/workspace. Running processes are stopped.",
+    "/workspace. Running processes are stopped. Without sandbox_id: the session's default "
+    "sandbox.",
     SandboxArgs, reset_rootfs, destructive=True)
 
 KILL_SANDBOX = ToolSpec(
     "kill_sandbox",
-    "Destroy a sandbox. Its /workspace volume is kept unless delete_volumes=true.",
+    "Destroy a sandbox (without sandbox_id: the session's default sandbox; the next tool "
+    "call then makes a new default). Its /workspace volume is kept unless "
+    "delete_volumes=true.",
     KillSandboxArgs, kill_sandbox, destructive=True)
 
 ALL_TOOLS: tuple[ToolSpec, ...] = (

@@ -28,8 +28,12 @@ from itertools import accumulate
 from typing import Any
 
 import mcp_types as types
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+# What a bare `initialize` is taken to ask for, per transport (each one's oldest version).
+STDIO_DEFAULT_VERSION = "2024-11-05"
+HTTP_DEFAULT_VERSION = "2025-03-26"
 MAX_DEPTH = 64
 MAX_ID = (1 << 63) - 1  # integer ids must fit in a signed 64-bit integer
 PARSE_ERROR = -32700
@@ -329,3 +333,15 @@ def inspect(raw: bytes, limit: int, where: str = "on its own line") -> Verdict:
     if problem is not None:
         return Verdict(reply=problem)
     return Verdict(message=obj)
+
+
+def settle_initialize(obj: dict[str, Any], default_version: str = STDIO_DEFAULT_VERSION) -> None:
+    """Fill what a bare ``initialize`` lacks; a missing or unknown version is taken as the
+    transport's oldest (STDIO 2024-11-05, Streamable HTTP 2025-03-26)."""
+    params = obj.get("params")
+    if not isinstance(params, dict):
+        params = obj["params"] = {}
+    if params.get("protocolVersion") not in HANDSHAKE_PROTOCOL_VERSIONS:
+        params["protocolVersion"] = default_version
+    params.setdefault("capabilities", {})
+    params.setdefault("clientInfo", {"name": "unknown", "version": "0"})

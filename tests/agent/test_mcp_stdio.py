@@ -67,7 +67,7 @@ def test_every_tool_end_to_end(mode: str) -> None:
         err, data, _ = await call(c, "read_file", path="notes/a.txt", offset=7, limit=3)
         assert data["content"] == "wör"[:2] or data["content"].startswith("w")
         blob = bytes(range(256))
-        err, data, _ = await call(c, "write_file", path="/workspace/b.bin", mode=0o755,
+        err, data, _ = await call(c, "write_file", path="/workspace/b.bin", mode="755",
                                   content=base64.b64encode(blob).decode(), encoding="base64")
         assert not err and data["bytes"] == 256 and data["mode"] == "0755"
         err, data, _ = await call(c, "read_file", path="/workspace/b.bin", encoding="base64")

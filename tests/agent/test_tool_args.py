@@ -41,10 +41,10 @@ ARGUMENTS = {
     "read_file": ("path encoding offset limit sandbox_id", "path"),
     "write_file": ("path content encoding mode sandbox_id", "path content"),
     "list_files": ("path depth sandbox_id", ""),
-    "pause_sandbox": ("sandbox_id", "sandbox_id"),
-    "resume_sandbox": ("sandbox_id", "sandbox_id"),
-    "reset_rootfs": ("sandbox_id", "sandbox_id"),
-    "kill_sandbox": ("sandbox_id delete_volumes", "sandbox_id"),
+    "pause_sandbox": ("sandbox_id", ""),
+    "resume_sandbox": ("sandbox_id", ""),
+    "reset_rootfs": ("sandbox_id", ""),
+    "kill_sandbox": ("sandbox_id delete_volumes", ""),
 }
 MIB = 1 << 20
 
@@ -115,16 +115,35 @@ def test_a_few_bounds_are_the_documented_ones() -> None:
     envs = schema_of("run_command")["properties"]["envs"]
     assert envs["additionalProperties"] == {"type": "string"}
     assert envs["propertyNames"]["pattern"] == "^[A-Za-z_][A-Za-z0-9_]*$"
-    assert schema_of("write_file")["properties"]["mode"]["type"] == ["string", "integer"]
+    assert schema_of("write_file")["properties"]["mode"]["type"] == "string"
     assert schema_of("read_file")["properties"]["encoding"]["enum"] == ["utf-8", "base64"]
 
 
-def test_sandbox_id_is_optional_where_a_default_exists() -> None:
+def test_every_sandbox_tool_defaults_to_the_session_sandbox() -> None:
     for tool in set(SPECS) - {"create_sandbox", "list_sandboxes"}:
         prop = schema_of(tool)["properties"]["sandbox_id"]
-        named = tool in ("pause_sandbox", "resume_sandbox", "reset_rootfs", "kill_sandbox")
-        assert ("sandbox_id" in schema_of(tool).get("required", [])) == named, tool
-        assert ("default sandbox" in prop["description"]) != named, tool
+        assert "sandbox_id" not in schema_of(tool).get("required", []), tool
+        assert "default sandbox" in prop["description"], tool
+
+
+def test_no_union_types_for_strict_dialects() -> None:
+    """Gemini's (OpenAPI 3.0 style) schema dialect refuses a list of types."""
+    from agent_sandbox.agent.tool_results import OUTPUT_SCHEMAS
+
+    def walk(node: Any, where: str) -> None:
+        if isinstance(node, dict):
+            assert not isinstance(node.get("type"), list), where
+            assert not {"anyOf", "oneOf", "$ref", "$defs"} & set(node), where
+            for key, value in node.items():
+                walk(value, f"{where}.{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f"{where}[{i}]")
+
+    for tool in SPECS:
+        walk(schema_of(tool), f"{tool} input")
+        walk(OUTPUT_SCHEMAS[tool], f"{tool} output")
+        jsonschema.Draft202012Validator.check_schema(OUTPUT_SCHEMAS[tool])
 
 
 @pytest.mark.parametrize("tool", list(MINIMAL))
@@ -151,7 +170,8 @@ def test_documented_defaults() -> None:
 
 NUMERIC = [a for a in arguments() if kinds(a[2]) & {"integer", "number"} and "string" not in
            kinds(a[2])]
-STRINGS = [a for a in arguments() if "maxLength" in a[2]]
+# Free-form strings (a patterned one, such as a mode, has its own test).
+STRINGS = [a for a in arguments() if "maxLength" in a[2] and "pattern" not in a[2]]
 
 
 @pytest.mark.parametrize(("tool", "name", "prop"), NUMERIC, ids=lambda v: str(v)[:20])
@@ -294,12 +314,13 @@ def test_env_values_must_be_strings() -> None:
 
 
 @pytest.mark.parametrize(("mode", "value"), [("0644", 0o644), ("0o755", 0o755), ("755", 0o755),
-                                             (" 0600 ", 0o600), (420, 420), (0, 0),
-                                             (0o7777, 0o7777), (7.0, None)])
+                                             (" 0600 ", 0o600), ("0", 0), ("7777", 0o7777),
+                                             (420, None), (0, None), (7.0, None)])
 def test_file_modes(mode: Any, value: int | None) -> None:
     args = {"path": "/x", "content": "", "mode": mode}
     if value is None:
-        assert "'mode' must be an octal string" in refusal("write_file", args)
+        message = refusal("write_file", args)
+        assert "'mode' must be an octal string such as '0644' (a string: a number" in message
     else:
         assert accepts("write_file", args).mode == value
 
