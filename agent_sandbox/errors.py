@@ -81,6 +81,13 @@ class UnauthenticatedError(SandboxError):
     http_status = 401
 
 
+class CancelledCallError(SandboxError):
+    """The caller cancelled the call; what it started was stopped."""
+
+    code = "cancelled"
+    http_status = 499  # nginx's "client closed request": nobody is left to read it
+
+
 _BY_CODE: dict[str, type[SandboxError]] = {
     cls.code: cls
     for cls in (
@@ -93,6 +100,7 @@ _BY_CODE: dict[str, type[SandboxError]] = {
         RuntimeUnavailableError,
         PermissionDeniedError,
         UnauthenticatedError,
+        CancelledCallError,
     )
 }
 

@@ -57,6 +57,40 @@ def token_ok(expected: str | None, header: str | None) -> bool:
     return hmac.compare_digest(header[7:].strip().encode(), expected.encode())
 
 
+def auth_problem(expected: str | None, header: str | None) -> str | None:
+    """What is wrong with a request's credentials, in words a person can act on (None: ok)."""
+    if token_ok(expected, header):
+        return None
+    if expected == "":
+        return ("unauthorized: this server's token is set but empty, so every request is "
+                "refused; set ABX_MCP_AUTH_TOKEN to a real token on the server")
+    if not header:
+        return ("unauthorized: missing bearer token; send the header 'Authorization: Bearer "
+                "<token>' with the server's ABX_MCP_AUTH_TOKEN (this server does not use OAuth)")
+    if not header.startswith("Bearer "):
+        return "unauthorized: the Authorization header must be 'Bearer <token>'"
+    return ("unauthorized: wrong bearer token; use the server's ABX_MCP_AUTH_TOKEN (this "
+            "server does not use OAuth)")
+
+
+def unauthorized(problem: str) -> tuple[dict[str, Any], list[tuple[bytes, bytes]]]:
+    """A 401's body (a JSON-RPC error, so MCP clients show its message) and its challenge.
+
+    RFC 6750's challenge without ``resource_metadata``, and no OAuth metadata served (see
+    ``is_oauth_discovery``): a client has nothing to start an OAuth flow with.
+    """
+    body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32001, "message": problem}}
+    detail = problem.replace('"', "'").encode("ascii", "replace")
+    challenge = b'Bearer realm="agent-sandbox", error="invalid_token", error_description="' \
+        + detail + b'"'
+    return body, [(b"www-authenticate", challenge)]
+
+
+def is_oauth_discovery(path: str) -> bool:
+    """OAuth metadata (RFC 8414, RFC 9728) and registration paths: we serve no OAuth."""
+    return path.startswith("/.well-known/") or path in ("/register", "/authorize", "/token")
+
+
 async def send_json(send: Callable[..., Any], status: int, body: Any,
                     headers: list[tuple[bytes, bytes]] | None = None) -> None:
     data = json.dumps(body).encode()

@@ -19,20 +19,24 @@ import mcp_types as types
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 
+from agent_sandbox.agent import wire_guard
 from agent_sandbox.agent.banner import print_banner
 from agent_sandbox.agent.config import STDIO_MAX_MESSAGE, AgentConfig, with_warm_pool
 from agent_sandbox.agent.http_guard import (
     allowed_origins,
+    auth_problem,
     exposure_problem,
     guard_post,
     header,
+    is_oauth_discovery,
     load_token,
     origin_ok,
     send_json,
-    token_ok,
+    unauthorized,
     uvicorn_bind_hosts,
 )
 from agent_sandbox.agent.server import AgentServer, _version, create_mcp_app
+from agent_sandbox.agent.session_cap import SessionCap
 from agent_sandbox.providers.select import use_settings
 from agent_sandbox.settings import Settings, SettingsError
 
@@ -68,6 +72,7 @@ class MCPHttpApp:
             # reverse proxies, and auth is the real gate.
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         )
+        self.cap = SessionCap(self.server.session_manager, self.server.runtime.sessions)
         self.started = time.time()
         if self.token is None:
             print("WARNING: ABX_MCP_AUTH_TOKEN is not set: anyone who can reach this port can "
@@ -97,11 +102,17 @@ class MCPHttpApp:
         if problem:
             await send_json(send, 401, {"error": problem})
             return
-        if not token_ok(self.token, header(scope, b"authorization")):
-            await send_json(send, 401, {"error": "missing or wrong bearer token"},
-                            [(b"www-authenticate", b'Bearer realm="agent-sandbox"')])
-            return
         path, method = scope["path"].rstrip("/") or "/", scope["method"]
+        if is_oauth_discovery(path):
+            # Answered before auth: a 401 here would send the client on an OAuth dance.
+            await send_json(send, 404, {"error": "this server does not use OAuth: send "
+                                        "'Authorization: Bearer <ABX_MCP_AUTH_TOKEN>'"})
+            return
+        problem = auth_problem(self.token, header(scope, b"authorization"))
+        if problem:
+            body, challenge = unauthorized(problem)
+            await send_json(send, 401, body, challenge)
+            return
         if path == "/health":
             await send_json(send, 200, self.health())
         elif path != MCP_PATH:
@@ -112,8 +123,13 @@ class MCPHttpApp:
                             [(b"allow", b"POST, DELETE")])
         elif method == "POST":
             checked = await guard_post(scope, receive, send, STDIO_MAX_MESSAGE)
-            if checked is not None:
-                await self.inner(scope, checked, send)
+            if checked is None:
+                return
+            if header(scope, b"mcp-session-id") is None and not await self.cap.make_room():
+                await send_json(send, 503, wire_guard.error(
+                    types.INTERNAL_ERROR, self.cap.refusal()), [(b"retry-after", b"5")])
+                return
+            await self.inner(scope, checked, send)
         else:
             await self.inner(scope, receive, send)
 

@@ -85,6 +85,7 @@ def session_for(runtime: AgentRuntime, ctx: ServerRequestContext[Any, Any]) -> S
                               "handshake and send its Mcp-Session-Id")
     key = conn.session_id or runtime.transport
     state, new = runtime.sessions.get(key)
+    state.last_seen = time.monotonic()
     if new and conn.session_id:
         # Unwound by the SDK on DELETE, idle expiry and shutdown.
         conn.exit_stack.push_async_callback(runtime.sessions.end, key)

@@ -22,6 +22,7 @@ class SessionState:
         self.session_id = session_id
         self.transport = transport
         self.created_at = time.time()
+        self.last_seen = time.monotonic()  # the last request (the session cap's LRU order)
         self.default_id: str | None = None
         self.sandboxes: dict[str, AsyncSandbox] = {}  # created by this session
         self.persistent: set[str] = set()  # of those, the ones that outlive the session
@@ -96,6 +97,9 @@ class SessionRegistry:
         state = SessionState(session_id, self.transport)
         self._sessions[session_id] = state
         return state, True
+
+    def peek(self, session_id: str) -> SessionState | None:
+        return self._sessions.get(session_id)
 
     async def end(self, session_id: str) -> int:
         state = self._sessions.pop(session_id, None)

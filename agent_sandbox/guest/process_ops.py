@@ -79,8 +79,9 @@ class ProcessOps:
         try:
             conn.send({"started": True, "pid": proc.pid})
             # Watching for the client going away costs a thread per exec; a command with
-            # a deadline ends by itself, so only stdin or an open-ended run needs it.
-            if stdin or timeout is None:
+            # a deadline ends by itself, so only stdin, an open-ended run or a caller that
+            # may cancel ("watch") needs it.
+            if stdin or timeout is None or req.get("watch") is True:
                 conn.reader = threading.Thread(
                     target=_watch, args=(conn, proc, sub, stdin), daemon=True
                 )

@@ -16,7 +16,9 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO
 
+from agent_sandbox import cancel
 from agent_sandbox.errors import (
+    CancelledCallError,
     RuntimeUnavailableError,
     SandboxError,
     SandboxTimeoutError,
@@ -74,7 +76,7 @@ def connect(address: Address, connect_timeout: float, what: str) -> GuestConnect
         ) from exc
     if not isinstance(address, str):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return GuestConnection(sock, what)
+    return GuestConnection(sock, what, cancel.current())
 
 
 class GuestConnection:
@@ -83,12 +85,21 @@ class GuestConnection:
     ``deadline`` (monotonic) ends the whole call however steadily the guest sends;
     the socket timeout bounds each frame."""
 
-    def __init__(self, sock: socket.socket, what: str) -> None:
+    def __init__(self, sock: socket.socket, what: str,
+                 call: cancel.CallCancel | None = None) -> None:
         self.sock = sock
         self.rfile: BinaryIO = sock.makefile("rb")
         self.what = what
         self.deadline: float | None = None
         self.frame_timeout: float | None = None
+        # A cancelled call shuts the connection down: the guest kills a foreground command.
+        self._call = call
+        self._call_key = None if call is None else call.register(lambda: _shutdown(sock))
+
+    def _broken(self, what: str) -> SandboxError:
+        if self._call is not None and self._call.cancelled:
+            return CancelledCallError(f"{self.what} was cancelled; what it started was stopped")
+        return GuestUnavailableError(what)
 
     def limit(self, frame_timeout: float | None, total: float | None) -> None:
         self.frame_timeout = frame_timeout
@@ -99,7 +110,7 @@ class GuestConnection:
         try:
             proto.send_frame(self.sock, obj, payload)
         except OSError as exc:
-            raise GuestUnavailableError(f"guest connection lost during {self.what}: {exc}") from exc
+            raise self._broken(f"guest connection lost during {self.what}: {exc}") from exc
 
     def recv(self) -> tuple[dict[str, Any], bytes]:
         """Next frame; raises the guest's error if it is an error frame."""
@@ -117,11 +128,9 @@ class GuestConnection:
             raise GuestProtocolError(f"guest sent an invalid frame during {self.what}: "
                                      f"{str(exc)[:200]}") from None
         except OSError as exc:
-            raise GuestUnavailableError(
-                f"guest connection broke during {self.what}: {exc}"
-            ) from exc
+            raise self._broken(f"guest connection broke during {self.what}: {exc}") from exc
         if frame is None:
-            raise GuestUnavailableError(f"guest closed the connection during {self.what}")
+            raise self._broken(f"guest closed the connection during {self.what}")
         err = frame[0].get("error")
         if err:
             if not isinstance(err, dict):
@@ -149,6 +158,8 @@ class GuestConnection:
         raise GuestProtocolError(f"guest sent too many frames for {self.what}")
 
     def close(self) -> None:
+        if self._call is not None and self._call_key is not None:
+            self._call.unregister(self._call_key)
         _shutdown(self.sock)  # unblocks a stdin feeder thread
         self.rfile.close()
         self.sock.close()

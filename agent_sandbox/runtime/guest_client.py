@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO
 
+from agent_sandbox.cancel import current as current_call
 from agent_sandbox.guest import protocol as proto
 from agent_sandbox.runtime.guest_channel import (
     MAX_CALL_FRAMES,
@@ -137,6 +138,8 @@ class GuestClient:
             "max_output": max_output,
             "stdin": stdin is not None,
             "background": False,
+            # A cancellable caller shuts the connection down to stop it: the guest watches.
+            "watch": cancel is not None or current_call() is not None,
         }
         total = None if timeout is None else timeout + STREAM_GRACE
         conn = self._open(req, total, frame_timeout=total)

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from agent_sandbox.cancel import cancelled, detached
 from agent_sandbox.errors import (
     InvalidArgumentError,
     NotFoundError,
@@ -341,11 +342,14 @@ class Kernels:
                 if out.apply(event):
                     break
             # The deadline holds however much (or little) the sandbox sends.
-            if interrupted_at is None and now > deadline:
+            # A cancelled call (the client gave up) interrupts the cell as a timeout does.
+            if interrupted_at is None and (now > deadline or cancelled()):
                 interrupted_at = now
-                self._interrupt(sandbox_id, kernel)
+                with detached():
+                    self._interrupt(sandbox_id, kernel)
             elif interrupted_at is not None and now > interrupted_at + _INTERRUPT_GRACE:
-                self._stop(sandbox_id, kernel.state.context, kernel.state)
+                with detached():
+                    self._stop(sandbox_id, kernel.state.context, kernel.state)
                 self.files.save(sandbox_id, kernel.state)
                 out.execution.error = ExecutionError(
                     name="TimeoutError",

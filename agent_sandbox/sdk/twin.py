@@ -20,6 +20,8 @@ import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, ClassVar, TypeVar
 
+from agent_sandbox.cancel import CallCancel
+
 CALLBACKS = frozenset({"on_stdout", "on_stderr", "on_result"})
 # Sync class -> its async twin, to convert what sync methods return.
 _TWINS: dict[type, type[AsyncTwin]] = {}
@@ -89,6 +91,17 @@ async def _async_chunks(chunks: Iterator[Any]) -> AsyncIterator[Any]:
                 await asyncio.to_thread(close)
 
 
+async def in_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn`` in a worker thread; cancelling the caller stops what ``fn`` started (the
+    thread itself cannot be stopped: it ends when its guest connections are shut down)."""
+    call = CallCancel()
+    try:
+        return await asyncio.to_thread(call.run, fn, *args, **kwargs)
+    except asyncio.CancelledError:
+        call.cancel()
+        raise
+
+
 def _bridge(callback: Callable[[Any], Any] | None,
             loop: asyncio.AbstractEventLoop) -> Callable[[Any], None] | None:
     """``callback`` callable from a worker thread; a coroutine function runs on ``loop``."""
@@ -147,7 +160,7 @@ def _method(name: str, function: Callable[..., Any], owner: type) -> Callable[..
 
     async def method(self: AsyncTwin, *args: Any, **kwargs: Any) -> Any:
         args, kwargs = _bridge_arguments(signature, args, kwargs)
-        return to_async(await asyncio.to_thread(getattr(self._sync, name), *args, **kwargs))
+        return to_async(await in_thread(getattr(self._sync, name), *args, **kwargs))
 
     _named(method, function, owner)
     return method
@@ -159,7 +172,7 @@ def _classmethod(name: str, sync_class: type, owner: type) -> classmethod[Any, A
 
     async def method(cls: type[AsyncTwin], *args: Any, **kwargs: Any) -> Any:
         args, kwargs = _bridge_arguments(signature, args, kwargs)
-        out = await asyncio.to_thread(bound_sync, *args, **kwargs)
+        out = await in_thread(bound_sync, *args, **kwargs)
         # A subclass of the twin gets instances of itself, as ``cls(...)`` gives in sync.
         return cls._wrap(out) if type(out) is sync_class else to_async(out)
 

@@ -319,3 +319,83 @@ def test_sigterm_destroys_session_sandboxes() -> None:
         assert not wait_gone({sid})
     finally:
         srv.close()
+
+
+# ---- the documented smoke tests, piped, and what a client may leave out --------------------
+
+def _piped(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Write every line at once, close stdin (EOF), read every answer."""
+    import subprocess
+    import sys
+
+    from _helpers import ROOT, server_env
+
+    data = "".join(json.dumps(m) + "\n" for m in lines).encode()
+    out = subprocess.run([sys.executable, "-m", "agent_sandbox.agent.mcp"], input=data,
+                         capture_output=True, cwd=ROOT, env=server_env(), timeout=120).stdout
+    return [json.loads(line) for line in out.splitlines()]
+
+
+INIT_BARE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+
+
+@pytest.mark.parametrize("notify", [True, False])
+def test_piped_smoke_test_answers_every_request_before_eof(notify: bool) -> None:
+    answers = _piped([INIT_BARE, *([INITIALIZED] if notify else []), LIST])
+    assert [a["id"] for a in answers] == [1, 2], answers
+    assert len(answers[1]["result"]["tools"]) == 13
+
+
+def test_piped_tool_call_is_answered_and_its_sandbox_removed() -> None:
+    before = sandbox_ids()
+    answers = _piped([INIT_BARE, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "run_command", "arguments": {"command": "sleep 1; echo piped"}}}])
+    assert answers[1]["id"] == 2 and "error" not in answers[1], answers[1]
+    assert answers[1]["result"]["structuredContent"]["stdout"] == "piped\n"
+    assert answers[1]["result"]["structuredContent"]["sandbox_id"] not in sandbox_ids() - before
+
+
+def test_cancelled_command_is_stopped_inside_the_sandbox() -> None:
+    srv = RawServer()
+    try:
+        srv.initialize()
+        srv.request(1, "tools/call", {"name": "run_command", "arguments": {
+            "command": "echo $$ > /workspace/pid; exec sleep 30"}})
+        srv.request(2, "tools/call", {"name": "run_command", "arguments": {
+            "command": "for i in $(seq 100); do [ -s /workspace/pid ] && break; sleep 0.05; "
+                       "done; cat /workspace/pid"}})
+        pid = srv.recv()["result"]["structuredContent"]["stdout"].strip()
+        assert pid.isdigit()
+        srv.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                  "params": {"requestId": 1, "reason": "user pressed stop"}})
+        # The command is gone at once (well before its 30 s), and request 1 is never answered.
+        srv.request(3, "tools/call", {"name": "run_command", "arguments": {
+            "command": f"for i in $(seq 100); do kill -0 {pid} 2>/dev/null || exit 0; "
+                       "sleep 0.05; done; exit 1"}})
+        reply = srv.recv()
+        assert reply["id"] == 3 and reply["result"]["structuredContent"]["exit_code"] == 0, \
+            "the cancelled command was still running 5 s later"
+    finally:
+        srv.close()
+
+
+def test_lifecycle_tools_default_to_the_session_sandbox() -> None:
+    async def body(c: Client) -> None:
+        err, data, text = await call(c, "kill_sandbox")
+        assert err and data["error"]["code"] == "not_found" and "no default sandbox" in text
+        err, data, _ = await call(c, "run_command", command="echo 1 > /workspace/f")
+        first = data["sandbox_id"]
+        for tool, state in (("pause_sandbox", "paused"), ("resume_sandbox", "running"),
+                            ("reset_rootfs", "running")):
+            err, data, _ = await call(c, tool)
+            assert not err and data["sandbox"]["sandbox_id"] == first, (tool, data)
+            assert data["sandbox"]["state"] == state
+        err, data, _ = await call(c, "kill_sandbox", delete_volumes=True)
+        assert not err and data == {"sandbox_id": first, "killed": True, "volume_deleted": True}
+        assert first not in sandbox_ids()
+        err, data, _ = await call(c, "run_command", command="true")
+        assert not err and data["sandbox_id"] != first  # a new default
+
+    with_client(body)
