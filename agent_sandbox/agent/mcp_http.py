@@ -35,7 +35,8 @@ from agent_sandbox.agent.http_guard import (
     unauthorized,
     uvicorn_bind_hosts,
 )
-from agent_sandbox.agent.server import AgentServer, _version, create_mcp_app
+from agent_sandbox.agent.identity import version
+from agent_sandbox.agent.server import AgentServer, create_mcp_app
 from agent_sandbox.agent.session_cap import SessionCap
 from agent_sandbox.providers.select import use_settings
 from agent_sandbox.settings import Settings, SettingsError
@@ -135,7 +136,7 @@ class MCPHttpApp:
 
     def health(self) -> dict[str, Any]:
         rt = self.server.runtime
-        return {"status": "ok", "version": _version(), "protocol": HEALTH_PROTOCOL,
+        return {"status": "ok", "version": version(), "protocol": HEALTH_PROTOCOL,
                 "uptime_s": round(time.time() - self.started, 1),
                 "sessions": len(rt.sessions), "sandboxes": rt.sessions.sandbox_count(),
                 "in_flight": rt.in_flight, "last_tool": rt.last_tool}

@@ -20,6 +20,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 
 from agent_sandbox.agent.audit import AuditLog
 from agent_sandbox.agent.config import AgentConfig
+from agent_sandbox.agent.identity import INSTRUCTIONS, SERVER_NAME, version
 from agent_sandbox.agent.progress import ProgressStreamer
 from agent_sandbox.agent.request_guard import make_request_guard
 from agent_sandbox.agent.sessions import SessionRegistry, SessionState
@@ -34,21 +35,7 @@ from agent_sandbox.errors import (
 
 log = logging.getLogger("agent_sandbox.agent")
 
-SERVER_NAME = "agent-sandbox"
 RETRY_AFTER_S = 1.0
-INSTRUCTIONS = (
-    "Isolated Linux sandboxes for running commands and editing files. Just call run_command, "
-    "read_file, write_file or list_files: a default sandbox is created on first use and "
-    "destroyed when this session ends (unless created with persistent=true).")
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("agent-sandbox")
-    except Exception:  # noqa: BLE001 - running from a source tree
-        return "0.0.0"
 
 
 class AgentRuntime:
@@ -142,7 +129,7 @@ def create_mcp_app(template: str | None = None, tools: str | Sequence[str] | Non
                            params: types.CallToolRequestParams) -> types.CallToolResult:
         return await _call_tool(runtime, ctx, params)
 
-    server = AgentServer(SERVER_NAME, version=_version(), instructions=INSTRUCTIONS,
+    server = AgentServer(SERVER_NAME, version=version(), instructions=INSTRUCTIONS,
                          on_list_tools=on_list_tools, on_call_tool=on_call_tool)
     server.runtime = runtime
 

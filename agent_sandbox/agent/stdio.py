@@ -9,13 +9,10 @@ never fatal), and settles the handshake version the STDIO way (missing or unsupp
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import os
-import threading
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -26,6 +23,7 @@ from mcp_types import INTERNAL_ERROR
 
 from agent_sandbox.agent import wire_guard
 from agent_sandbox.agent.config import STDIO_MAX_MESSAGE
+from agent_sandbox.agent.early_stdio import EarlyStdio, write_all
 from agent_sandbox.agent.wire_guard import settle_initialize
 
 _READ_CHUNK = 1 << 16
@@ -123,44 +121,6 @@ async def read_one(line: bytes, limit: int) -> SessionMessage | Reply:
             INTERNAL_ERROR, "Internal error: the message could not be read"))
 
 
-def _claim_fd(fd: int, diversion: int) -> int:
-    """Take ``fd`` for the wire; point the standard descriptor at ``diversion``."""
-    private = os.dup(fd)
-    os.set_inheritable(private, False)
-    os.dup2(diversion, fd)
-    return private
-
-
-class _DaemonReader:
-    """Reads a descriptor in a daemon thread.
-
-    A read blocked on stdin cannot be interrupted; in a (non-daemon) worker thread it would
-    keep the process alive after SIGTERM. A few chunks are buffered ahead (backpressure).
-    """
-
-    def __init__(self, fd: int, ahead: int = 16) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._queue: asyncio.Queue[bytes] = asyncio.Queue()
-        self._room = threading.Semaphore(ahead)
-        threading.Thread(target=self._run, args=(fd,), name="abx-mcp-stdin", daemon=True).start()
-
-    def _run(self, fd: int) -> None:
-        while True:
-            self._room.acquire()
-            try:
-                data = os.read(fd, _READ_CHUNK)
-            except OSError:
-                data = b""
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, data)
-            if not data:
-                return
-
-    async def read(self) -> bytes:
-        data = await self._queue.get()
-        self._room.release()
-        return data
-
-
 class InFlight:
     """The ids of requests handed to the server and not yet answered.
 
@@ -216,23 +176,14 @@ class InFlight:
         return False
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
 @asynccontextmanager
 async def bounded_stdio(
-        limit: int = STDIO_MAX_MESSAGE, stdin_fd: int = 0, stdout_fd: int = 1,
-        drain_timeout: float = DRAIN_TIMEOUT_S,
+        wire: EarlyStdio, limit: int = STDIO_MAX_MESSAGE, drain_timeout: float = DRAIN_TIMEOUT_S,
 ) -> AsyncIterator[tuple[MemoryObjectReceiveStream[Any], MemoryObjectSendStream[SessionMessage]]]:
-    """Serve over the process's stdin/stdout; fd 1 points at stderr meanwhile, so stray
-    prints never corrupt the wire, and fd 0 at /dev/null."""
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    in_fd = _claim_fd(stdin_fd, devnull)
-    os.close(devnull)
-    out_fd = _claim_fd(stdout_fd, 2)
+    """Serve over the process's stdin/stdout, claimed (and maybe ``initialize`` answered)
+    by ``wire`` at start."""
+    out_fd = wire.out_fd
+    wire.attach()
     read_send, read_recv = anyio.create_memory_object_stream[Any](64)
     # The server sends SessionMessages; the reader sends its own encoded replies.
     write_send, write_recv = anyio.create_memory_object_stream[Any](64)
@@ -241,9 +192,8 @@ async def bounded_stdio(
 
     async def reader(replies: MemoryObjectSendStream[Any]) -> None:
         lines = LineReader(limit)
-        chunks = _DaemonReader(in_fd)
         async with read_send, replies:
-            while data := await chunks.read():  # b"" is EOF: the session ends
+            while data := await wire.read():  # b"" is EOF: the session ends
                 for item, answered in lines.feed(data):
                     msg = item if answered else await read_one(item, limit)
                     if isinstance(msg, bytes):
@@ -258,8 +208,11 @@ async def bounded_stdio(
         try:
             async with write_recv:
                 async for msg in write_recv:
+                    if not isinstance(msg, bytes) and _answered_early(wire, msg):
+                        in_flight.answered(msg)
+                        continue
                     payload = msg if isinstance(msg, bytes) else encode(msg)
-                    await anyio.to_thread.run_sync(_write_all, out_fd, payload + b"\n")
+                    await anyio.to_thread.run_sync(write_all, out_fd, payload + b"\n")
                     if not isinstance(msg, bytes):
                         in_flight.answered(msg)
         except OSError:
@@ -283,7 +236,20 @@ async def bounded_stdio(
                 await writer_done.wait()
             tg.cancel_scope.cancel()
     finally:
-        with suppress(OSError):
-            os.close(in_fd)
-        with suppress(OSError):
-            os.close(out_fd)
+        wire.close()
+
+
+def _answered_early(wire: EarlyStdio, msg: SessionMessage) -> bool:
+    """The SDK's answer to an ``initialize`` already answered by ``wire``: dropped."""
+    m = msg.message
+    if not isinstance(m, types.JSONRPCResponse | types.JSONRPCError):
+        return False
+    key = json.dumps(m.id)
+    if key not in wire.swallow:
+        return False
+    wire.swallow.discard(key)
+    sdk = m.model_dump(by_alias=True, exclude_unset=True).get("result")
+    if sdk != wire.answered_early.get(key):
+        log.warning("the early initialize answer differs from the SDK's: %s vs %s",
+                    wire.answered_early.get(key), sdk)
+    return True

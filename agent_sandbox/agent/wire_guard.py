@@ -31,8 +31,9 @@ import mcp_types as types
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from agent_sandbox.agent.early_stdio import STDIO_DEFAULT_VERSION
+
 # What a bare `initialize` is taken to ask for, per transport (each one's oldest version).
-STDIO_DEFAULT_VERSION = "2024-11-05"
 HTTP_DEFAULT_VERSION = "2025-03-26"
 MAX_DEPTH = 64
 MAX_ID = (1 << 63) - 1  # integer ids must fit in a signed 64-bit integer
