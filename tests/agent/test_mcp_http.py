@@ -57,6 +57,17 @@ def test_statuses(srv: Uvicorn) -> None:
     u = srv.url
     assert httpx.get(u + "/health").status_code == 401
     assert httpx.get(u + "/health", headers=auth("wrong")).status_code == 401
+    # Auth failures say what is wrong, and nothing invites an OAuth flow.
+    for headers, says in (({}, "missing bearer token"), (auth("wrong"), "wrong bearer token"),
+                          ({"Authorization": "Basic x"}, "must be 'Bearer <token>'")):
+        r = httpx.post(u + "/mcp", json=INIT, headers={**ACCEPT, **headers})
+        assert r.status_code == 401 and says in r.json()["error"]["message"], r.text
+        assert "resource_metadata" not in r.headers["www-authenticate"]
+        assert "ABX_MCP_AUTH_TOKEN" in r.json()["error"]["message"] or "Basic" in str(headers)
+    for path in ("/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-"
+                 "resource/mcp", "/.well-known/oauth-authorization-server", "/register"):
+        r = httpx.get(u + path)
+        assert r.status_code == 404 and "does not use OAuth" in r.json()["error"], path
     health = httpx.get(u + "/health", headers=auth())
     assert health.status_code == 200
     assert health.json()["status"] == "ok" and health.json()["protocol"] == "2025-06-18"
@@ -131,8 +142,10 @@ def test_idle_expiry_session_cap_and_loopback_warning() -> None:
         sid = open_session(server.url, {})
         result = call_tool(server.url, {}, sid, "run_command", {"command": "true"})
         sandbox = result["structuredContent"]["sandbox_id"]
+        # The only session holds a sandbox: it is not evicted, and the refusal says why.
         r = httpx.post(server.url + "/mcp", json=INIT, headers=ACCEPT)
-        assert r.status_code == 503
+        assert r.status_code == 503 and r.headers["retry-after"]
+        assert "too many open MCP sessions (1)" in r.json()["error"]["message"]
         assert not wait_gone({sandbox}, timeout=12), "idle expiry must destroy the sandbox"
         assert httpx.get(server.url + "/health").json()["sessions"] == 0
         # Room again once the SDK has let go of the session too (just after our cleanup
@@ -145,6 +158,58 @@ def test_idle_expiry_session_cap_and_loopback_warning() -> None:
     finally:
         err = server.stop()
     assert "ABX_MCP_AUTH_TOKEN is not set" in err
+
+
+def test_sessions_that_made_nothing_make_room_at_the_cap() -> None:
+    """Health checks that never DELETE must not lock everyone out until the TTL."""
+    server = Uvicorn(ABX_MCP_MAX_SESSIONS="3")
+    try:
+        busy = open_session(server.url, {})
+        sandbox = call_tool(server.url, {}, busy, "run_command",
+                            {"command": "true"})["structuredContent"]["sandbox_id"]
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        idle = []
+        for _ in range(6):  # twice the cap of list-and-leave clients
+            sid = open_session(server.url, {})
+            r = httpx.post(server.url + "/mcp", json=listing,
+                           headers={**ACCEPT, "Mcp-Session-Id": sid})
+            assert r.status_code == 200 and len(rpc_body(r)["result"]["tools"]) == 13
+            idle.append(sid)
+        # The oldest empty sessions were ended; the one holding a sandbox never is.
+        gone = httpx.post(server.url + "/mcp", json=listing,
+                          headers={**ACCEPT, "Mcp-Session-Id": idle[0]})
+        assert gone.status_code == 404
+        again = call_tool(server.url, {}, busy, "run_command", {"command": "echo still"})
+        assert again["structuredContent"]["stdout"] == "still\n"
+        assert again["structuredContent"]["sandbox_id"] == sandbox
+        assert httpx.get(server.url + "/health").json()["sessions"] <= 3
+    finally:
+        server.stop()
+
+
+def test_documented_curl_flow_verbatim() -> None:
+    """docs/mcp.md's three curl steps: no Accept header, no notifications/initialized,
+    initialize with empty params."""
+    server = Uvicorn(ABX_MCP_AUTH_TOKEN="replace_me")
+    try:
+        url = server.url + "/mcp"
+        plain = {"Content-Type": "application/json", "Authorization": "Bearer replace_me"}
+        r = httpx.post(url, headers=plain, content='{"jsonrpc":"2.0","id":1,"method":'
+                       '"initialize","params":{}}')
+        assert r.status_code == 200 and "result" in rpc_body(r), r.text
+        sid = r.headers["mcp-session-id"]
+        r = httpx.post(url, headers={**plain, "Mcp-Session-Id": sid}, timeout=120, content=(
+            '{"jsonrpc":"2.0","id":2,"method":"tools/call",\n'
+            '       "params":{"name":"run_code","arguments":{"code":"print(1+1)"}}}'))
+        result = rpc_body(r)["result"]
+        assert not result["isError"] and result["structuredContent"]["stdout"] == "2\n"
+        sandbox = result["structuredContent"]["sandbox_id"]
+        r = httpx.request("DELETE", url, headers={"Authorization": "Bearer replace_me",
+                                                  "Mcp-Session-Id": sid})
+        assert r.status_code < 300
+        assert not wait_gone({sandbox}), "DELETE must destroy the session's sandbox"
+    finally:
+        server.stop()
 
 
 def test_empty_token_fails_closed() -> None:
