@@ -1,0 +1,86 @@
+"""The HTTP server against real Node clients: the MCP Inspector CLI and the official
+TypeScript SDK, installed from npm (pinned in node/package.json) into a cache outside the
+checkout (``ABX_TEST_NODE_DIR``, default ``~/.cache/abx-test-node``)."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2 as httpx
+import pytest
+from _helpers import Uvicorn
+
+pytestmark = pytest.mark.integration
+HERE = Path(__file__).parent / "node"
+
+
+@pytest.fixture(scope="module")
+def node_dir() -> Path:
+    if not shutil.which("node") or not shutil.which("npm"):
+        pytest.skip("node and npm are needed to run the Node MCP clients")
+    where = Path(os.environ.get("ABX_TEST_NODE_DIR") or Path.home() / ".cache/abx-test-node")
+    where.mkdir(parents=True, exist_ok=True)
+    wanted = (HERE / "package.json").read_text()
+    with open(where / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        manifest = where / "package.json"
+        if not (where / "node_modules").is_dir() or not manifest.exists() \
+                or manifest.read_text() != wanted:
+            manifest.write_text(wanted)
+            done = subprocess.run(["npm", "install", "--no-audit", "--no-fund"], cwd=where,
+                                  capture_output=True, text=True, timeout=600)
+            if done.returncode != 0:
+                pytest.skip(f"npm install of the Node MCP clients failed: {done.stderr[-500:]}")
+    for script in HERE.glob("*.mjs"):
+        shutil.copy(script, where / script.name)  # ESM resolves packages beside the script
+    return where
+
+
+@pytest.fixture
+def capped() -> Iterator[Uvicorn]:
+    server = Uvicorn(ABX_MCP_MAX_SESSIONS="3")
+    yield server
+    server.stop()
+
+
+def inspector(node_dir: Path, url: str, *args: str) -> dict:
+    done = subprocess.run(
+        ["node", str(node_dir / "node_modules/.bin/mcp-inspector"), "--cli", url,
+         "--transport", "http", *args], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "HOME": str(node_dir)})  # its catalog lands in the cache
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def test_ten_inspector_runs_with_three_sessions(node_dir: Path, capped: Uvicorn) -> None:
+    """The Inspector CLI never sends DELETE: each run leaves its session behind."""
+    url = capped.url + "/mcp"
+    for run in range(10):
+        if run in (2, 6):  # two runs that make a sandbox (their sessions are kept)
+            out = inspector(node_dir, url, "--method", "tools/call", "--tool-name",
+                            "run_command", "--tool-arg", f"command=echo run{run}")
+            assert out["structuredContent"]["stdout"] == f"run{run}\n", out
+        else:
+            out = inspector(node_dir, url, "--method", "tools/list")
+            assert len(out["tools"]) == 13
+    health = httpx.get(capped.url + "/health").json()
+    assert health["sessions"] <= 3 and health["sandboxes"] == 2
+
+
+def test_typescript_sdk_abort_stops_the_command_inside(node_dir: Path) -> None:
+    server = Uvicorn()
+    try:
+        done = subprocess.run(["node", str(node_dir / "cancel_sleep.mjs"), server.url + "/mcp"],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        seen = json.loads(done.stdout.strip().splitlines()[-1])
+        assert seen["pid"].isdigit() and seen["aborted"], seen
+        assert seen["inside"] == "gone", f"sleep 15 still ran after the abort: {seen}"
+    finally:
+        server.stop()
