@@ -190,6 +190,11 @@ class Settings(BaseSettings):
                              "(or auto)")
         return kind
 
+    @field_validator("sandbox_base_url", mode="before")
+    @classmethod
+    def _base_url(cls, value: Any) -> Any:
+        return check_base_url(value) if isinstance(value, str) else value
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _upper(cls, value: Any) -> Any:
@@ -226,6 +231,41 @@ class Settings(BaseSettings):
         return out
 
 
+def check_base_url(value: str) -> str:
+    """A gateway URL (``http(s)://host[:port][/path]``), a daemon socket (``unix:///path``)
+    or blank; anything else is refused with what it should look like."""
+    from urllib.parse import urlsplit
+
+    value = value.strip()
+    if not value:
+        return value
+    example = ("like https://gateway.example.com, http://127.0.0.1:8080 or "
+               "unix:///run/abx/abx.sock")
+    if value.startswith("unix://"):
+        if not value[len("unix://"):].startswith("/"):
+            raise ValueError(f"a unix socket URL needs an absolute path, {example}")
+        return value
+    try:
+        parts = urlsplit(value)
+        port = parts.port  # raises on a port that is not a number in range
+    except ValueError as exc:
+        raise ValueError(f"not a valid URL ({exc}); use one {example}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s):// or unix:// URL; use one {example}")
+    if port == 0 or parts.query or parts.fragment or parts.username or parts.password:
+        raise ValueError(f"give only scheme, host, port and path; use one {example}")
+    return value
+
+
+def check_value(field: str, value: str) -> None:
+    """Check one setting's value alone (the rest of the environment is not read); a bad
+    one raises ``SettingsError`` naming the variable."""
+    try:
+        Settings.model_validate({env_name(field): value})
+    except ValidationError as exc:
+        raise SettingsError(describe(exc)) from None
+
+
 def env_name(field: str) -> str:
     """The environment variable of a ``Settings`` field."""
     alias = Settings.model_fields[field].alias
@@ -249,7 +289,8 @@ def describe(exc: ValidationError) -> str:
         name = ".".join(str(part) for part in error["loc"]) or "settings"
         got = error.get("input")
         shown = "" if isinstance(got, dict) else f", got {got!r}"
-        lines.append(f"{name}: {error['msg']}{shown}")
+        msg = str(error["msg"]).removeprefix("Value error, ")
+        lines.append(f"{name}: {msg}{shown}")
     return "invalid setting: " + "; ".join(lines)
 
 

@@ -29,10 +29,16 @@ class _App(typer.Typer):
         except SandboxError as exc:
             print(f"error: {exc.message} ({exc.code})", file=sys.stderr)
             sys.exit(EXIT_FAILURE)
-        except PermissionError as exc:
-            print(f"error: {exc}; most engine operations need root (run with sudo)",
-                  file=sys.stderr)
+        except OSError as exc:  # a file we could not write: say which, and what fits
+            from agent_sandbox.cli.fs_errors import describe, under_home
+
+            hint = "" if under_home(exc.filename or "") else _ENGINE_HINT
+            print(f"error: {describe(exc, instead=hint, action='')}", file=sys.stderr)
             sys.exit(EXIT_FAILURE)
+
+
+# Not "run with sudo": an ordinary user has the rootless engine or the daemon.
+_ENGINE_HINT = "`abx doctor` shows which engine this user can use and what to fix"
 
 
 app = _App(
@@ -46,10 +52,12 @@ app = _App(
 
 
 @app.callback()
-def _root(json_out: Annotated[bool, typer.Option("--json", help="JSON output for every "
+def _root(ctx: typer.Context,
+          json_out: Annotated[bool, typer.Option("--json", help="JSON output for every "
                                                  "command that has it.")] = False) -> None:
     set_global_json(json_out)
-    cli_settings()  # read the environment (and ./.env, ~/.abx/config) once, here
+    if ctx.invoked_subcommand != "config":  # `abx config` must be able to fix a bad value
+        cli_settings()  # read the environment (and ./.env, ~/.abx/config) once, here
 
 
 app.add_typer(mcp_cmd.app, name="mcp")

@@ -19,6 +19,7 @@ from typing import Any
 
 from agent_sandbox.cli import runstate
 from agent_sandbox.cli.atomic import atomic_write
+from agent_sandbox.cli.fs_errors import writing
 from agent_sandbox.cli.output import CliError, UsageError, mask
 from agent_sandbox.cli.settings import cli_settings
 from agent_sandbox.settings import Settings, child_env
@@ -97,7 +98,8 @@ def plan_start(*, http: bool, host: str, port: int, background: bool,
     if generate_token:
         token = secrets.token_urlsafe(32)
         saved = runstate.ensure_runtime_dir() / TOKEN_FILE
-        atomic_write(saved, (token + "\n").encode(), mode=0o600, force_mode=True)
+        with writing(saved, instead=runstate.RUNTIME_DIR_HINT):
+            atomic_write(saved, (token + "\n").encode(), mode=0o600, force_mode=True)
         update.update(mcp_auth_token=token, mcp_auth_token_file=None)
         token_note = f"bearer token {mask(token)} saved in {saved} (0600)"
     elif auth_token_file:
@@ -164,7 +166,10 @@ def exec_foreground(plan: StartPlan) -> None:
     else:
         argv = stdio_argv()
         if runstate.running_record() is None:  # never clobber a live record
-            runstate.write_record(os.getpid(), transport="stdio", background=False)
+            # Only for `abx mcp status`: a client's STDIO server runs without it (a
+            # read-only HOME must not keep an IDE from starting its server).
+            with contextlib.suppress(CliError):
+                runstate.write_record(os.getpid(), transport="stdio", background=False)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(argv[0], argv, plan.env)
@@ -193,7 +198,8 @@ def start_background(plan: StartPlan) -> dict[str, Any]:
     if not port_free(plan.host, plan.port):
         raise CliError(f"port {plan.port} on {plan.host} is in use; pick another with --port")
     log = runstate.ensure_runtime_dir() / runstate.LOG
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with writing(log, instead=runstate.RUNTIME_DIR_HINT):
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     with os.fdopen(fd, "ab") as out:
         out.write(f"--- abx mcp start --http {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n"
                   .encode())

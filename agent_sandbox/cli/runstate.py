@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_sandbox.cli.atomic import atomic_write
+from agent_sandbox.cli.fs_errors import writing
 from agent_sandbox.cli.settings import cli_settings
 
 RECORD = "mcp-server.json"
@@ -21,9 +22,14 @@ def runtime_dir() -> Path:
     return cli_settings().mcp_runtime_dir
 
 
+RUNTIME_DIR_HINT = "set ABX_MCP_RUNTIME_DIR to a writable directory"
+
+
 def ensure_runtime_dir() -> Path:
+    """The run directory, made if missing; a failure is a ``CliError`` saying what to do."""
     path = runtime_dir()
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with writing(path, instead=RUNTIME_DIR_HINT):
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return path
 
 
@@ -90,8 +96,9 @@ def running_record() -> dict[str, Any] | None:
 def write_record(pid: int, **fields: Any) -> Path:
     ensure_runtime_dir()
     data = {"pid": pid, "start_ticks": start_ticks(pid), "started_at": time.time(), **fields}
-    atomic_write(record_path(), (json.dumps(data, indent=2) + "\n").encode(), mode=0o600,
-                 force_mode=True)
+    with writing(record_path(), instead=RUNTIME_DIR_HINT):
+        atomic_write(record_path(), (json.dumps(data, indent=2) + "\n").encode(), mode=0o600,
+                     force_mode=True)
     return record_path()
 
 

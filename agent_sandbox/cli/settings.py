@@ -15,7 +15,7 @@ from pathlib import Path
 
 from agent_sandbox.cli.atomic import atomic_write
 from agent_sandbox.cli.output import CliError, UsageError
-from agent_sandbox.settings import Settings, SettingsError, env_name, extra_of
+from agent_sandbox.settings import Settings, SettingsError, check_value, env_name, extra_of
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,7 @@ def cli_settings() -> Settings:
     for name, key in KEYS.items():
         r = resolve(name)
         if r.source in ("dotenv", "config"):
+            _check_saved(name, key, r)
             overlay[key.field] = r.value
     if not overlay:
         return env_settings()
@@ -68,6 +69,16 @@ def cli_settings() -> Settings:
         return Settings(**overlay)
     except SettingsError as exc:
         raise CliError(f"{exc.message} (from ./.env or {config_path()})", 2) from None
+
+
+def _check_saved(name: str, key: Key, r: Resolved) -> None:
+    where = "./.env" if r.source == "dotenv" else str(config_path())
+    try:
+        check_value(key.field, r.value or "")
+    except SettingsError as exc:
+        fix = (f"fix {key.env} in ./.env" if r.source == "dotenv" else
+               f"fix it with `abx config set {name} VALUE` or `abx config unset {name}`")
+        raise CliError(f"{name} from {where}: {exc.message}; {fix}", 2) from None
 
 
 def abx_home() -> Path:
@@ -105,11 +116,16 @@ def read_config() -> dict[str, str]:
     return {str(k): str(v) for k, v in data.items() if v is not None}
 
 
-def write_config(data: dict[str, str]) -> Path:
+def write_config(data: dict[str, str], instead: str = "") -> Path:
+    """Save ~/.abx/config; ``instead`` is the way around it a failure suggests."""
+    from agent_sandbox.cli.fs_errors import writing
+
     path = config_path()
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    atomic_write(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(),
-                 mode=0o600, force_mode=True)
+    with writing(path, instead=instead or "use the environment variables instead (`abx "
+                 "config list` names them)"):
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        atomic_write(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(),
+                     mode=0o600, force_mode=True)
     return path
 
 

@@ -20,13 +20,15 @@ from typing import Any
 
 import httpx2 as httpx
 
-from agent_sandbox.errors import PermissionDeniedError, SandboxError
+from agent_sandbox.errors import PermissionDeniedError, RuntimeUnavailableError, SandboxError
 from agent_sandbox.providers.remote.errors import decode_error
 
 _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 # Before a byte is sent: safe to retry whatever the method.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 _RETRY_SECONDS = 30.0  # the default of ABX_SANDBOX_RETRY_SECONDS (select.py passes it)
+_CONNECT_TIMEOUT = 10.0  # seconds for one connection attempt, at most
+_MIN_CONNECT_TIMEOUT = 3.0
 UNIX_SCHEME = "unix://"
 _LIMITS = httpx.Limits(max_connections=200, max_keepalive_connections=50)
 
@@ -68,10 +70,12 @@ class Transport:
                 headers["Authorization"] = f"Bearer {api_key}"
         self.retry_seconds = retry_seconds
         # No read timeout: a command may legitimately run for its whole timeout; a dead
-        # gateway shows up as a connection error, not silence.
+        # gateway shows up as a connection error, not silence. A caller that retries
+        # briefly (the CLI) also waits briefly for a connection.
+        connect = min(_CONNECT_TIMEOUT, max(_MIN_CONNECT_TIMEOUT, retry_seconds))
         self.client = httpx.Client(
             base_url=base_url.rstrip("/"), headers=headers, transport=transport,
-            timeout=httpx.Timeout(connect=10.0, read=None, write=60.0, pool=60.0),
+            timeout=httpx.Timeout(connect=connect, read=None, write=60.0, pool=60.0),
             limits=_LIMITS)
 
     def close(self) -> None:
@@ -90,10 +94,27 @@ class Transport:
                     raise self._denied() from exc
                 safe = isinstance(exc, _NOT_SENT) or method in _IDEMPOTENT
                 if not (safe and replayable) or time.monotonic() + delay > deadline:
-                    raise SandboxError(f"cannot reach {self.where}: {exc!r}",
-                                       details={"retryable": safe}) from exc
+                    raise self._unreachable(exc, safe) from exc
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
+
+    def _unreachable(self, exc: httpx.TransportError, retryable: bool) -> SandboxError:
+        code = _errno_of(exc)
+        if isinstance(exc, httpx.ConnectTimeout):
+            why = "no answer to the connection (wrong address, or a firewall drops it?)"
+        elif code in (errno.ECONNREFUSED, errno.ENOENT):
+            why = "nothing is listening there (is it running?)"
+        elif isinstance(exc, httpx.ConnectError) and "name" in str(exc).lower():
+            why = f"the host name does not resolve ({exc})"
+        else:
+            why = str(exc) or type(exc).__name__
+        fix = ("start it (`abx serve`, or `sudo abx daemon install`)" if self.socket_path
+               else "check the URL (`abx config get base_url`, ABX_SANDBOX_BASE_URL) and "
+                    "that the gateway runs (`abx serve`)")
+        tried = f" (retried for {self.retry_seconds:g}s)" if retryable and \
+            self.retry_seconds >= 1 else ""
+        return RuntimeUnavailableError(f"cannot reach {self.where}: {why}{tried}; {fix}",
+                                       details={"retryable": retryable})
 
     def _denied(self) -> SandboxError:
         return PermissionDeniedError(
