@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import shlex
 import sys
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
+from agent_sandbox.cli.info_view import ago, info_table
 from agent_sandbox.cli.output import CliError, console, print_json, want_json
 from agent_sandbox.cli.sdkutil import default_template, parse_pairs, provider
 
@@ -31,14 +31,6 @@ def _info_dict(info: Any) -> dict[str, Any]:
     data = info.model_dump(exclude={"envs"})
     data["env_names"] = sorted(info.envs)  # values may be secrets
     return data
-
-
-def _ago(ts: float) -> str:
-    seconds = max(0, int(time.time() - ts))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit} ago"
-    return f"{seconds}s ago"
 
 
 @app.command(epilog="Example: abx sandbox create --template base --memory-mb 512 --json")
@@ -92,7 +84,7 @@ def list_(template: Annotated[str | None, typer.Option(help="Only this template.
     table = Table("id", "template", "state", "created", "last used", "persistent", "network")
     table.columns[0].no_wrap = True
     for i in infos:
-        table.add_row(i.sandbox_id, i.template, i.state, _ago(i.created_at), _ago(i.last_used),
+        table.add_row(i.sandbox_id, i.template, i.state, ago(i.created_at), ago(i.last_used),
                       "yes" if i.persistent else "no", "yes" if i.network else "no")
     console.print(table)
 
@@ -104,10 +96,7 @@ def info(sandbox_id: IdArg, json_out: JsonOpt = False) -> None:
     if want_json(json_out):
         print_json(data)
         return
-    table = Table(show_header=False, box=None)
-    for key, value in data.items():
-        table.add_row(key, str(value))
-    console.print(table)
+    console.print(info_table(data))
 
 
 @app.command(name="exec", epilog="Examples:\n\n  abx sandbox exec sb-1234 'ls -la /workspace'"

@@ -1,4 +1,6 @@
-"""``abx template``: the root filesystems sandboxes start from, on this host's engine."""
+"""``abx template``: the root filesystems sandboxes start from, on the engine `abx sandbox`
+uses (listing works through a daemon or gateway too; building and removing need the engine
+in this process)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from rich.table import Table
 
 from agent_sandbox.cli.output import CliError, console, err_console, print_json, want_json
-from agent_sandbox.cli.sdkutil import local_engine, parse_pairs
+from agent_sandbox.cli.sdkutil import parse_pairs, provider, template_engine
 
 app = typer.Typer(help="Templates: list, build (import a directory or image archive), remove.",
                   no_args_is_help=True)
@@ -21,8 +23,9 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")
 
 @app.command("list", epilog="Example: abx template list --json")
 def list_(json_out: JsonOpt = False) -> None:
-    """List the templates on this host."""
-    templates = local_engine().list_templates()
+    """List the templates `abx sandbox create` can use (this host's engine, the daemon's
+    or the gateway's)."""
+    templates = provider().list_templates()
     if want_json(json_out):
         print_json([t.model_dump() for t in templates])
         return
@@ -51,7 +54,7 @@ def build(
     """Build a template by importing a directory or an image archive (with a progress bar)."""
     if not source.exists():
         raise CliError(f"{source} does not exist; give a directory or an image archive", 2)
-    engine = local_engine()
+    engine = template_engine("build")
     kw: dict[str, Any] = {"replace": replace}
     if env:
         kw["env"] = parse_pairs(env, "--env")
@@ -80,5 +83,5 @@ def build(
 @app.command(epilog="Example: abx template remove mytools")
 def remove(name: Annotated[str, typer.Argument(help="Template name.")]) -> None:
     """Remove a template (refused while sandboxes use it; kill them first)."""
-    local_engine().remove_template(name)
+    template_engine("remove").remove_template(name)
     console.print(f"removed template {name}")

@@ -157,6 +157,7 @@ class TemplateStore:
         """A template from a copy of ``source_dir`` (modes, ownership, links kept)."""
         self._check_new(name, replace)
         source = _check_source(Path(source_dir), self.root)
+        check_shell(source)  # before copying a large tree for nothing
         meta = _Meta.of(env, workdir, commands, description)
         with self._staging(name) as staging:
             rootfs = staging / _rootfs_dirname()
@@ -225,6 +226,7 @@ class TemplateStore:
     def _describe(self, name: str, kind: str, rootfs: Path, meta: _Meta,
                   inputs: dict[str, Any]) -> Template:
         final = self.path(name) / rootfs.name
+        check_shell(rootfs)
         _ensure_dir_inside(rootfs, meta.workdir)
         return Template(name=name, kind=kind, layers=[Layer("/", [str(final)])], env=meta.env,
                         workdir=meta.workdir, commands=meta.commands, build_inputs=inputs,
@@ -354,6 +356,22 @@ def _drop_devices(root: Path) -> None:
             mode = os.lstat(path)
             if (stat.S_ISBLK(mode.st_mode) or stat.S_ISCHR(mode.st_mode)) and mode.st_rdev != 0:
                 os.unlink(path)
+
+
+def check_shell(rootfs: Path) -> None:
+    """Every command runs as ``/bin/sh -c``: a root without an executable /bin/sh (links
+    followed inside the root only) would make sandboxes that cannot run anything."""
+    try:
+        sh = resolve_in_root(rootfs, "/bin/sh")
+        st = os.stat(sh, follow_symlinks=False)
+        usable = stat.S_ISREG(st.st_mode) and bool(st.st_mode & 0o111)
+    except (OSError, InvalidArgumentError):
+        usable = False
+    if not usable:
+        raise InvalidArgumentError(
+            f"{rootfs} has no executable /bin/sh, and every command runs through "
+            "`/bin/sh -c`: add a shell to it (busybox or dash as /bin/sh), or import an "
+            "image that has one")
 
 
 def _ensure_dir_inside(rootfs: Path, workdir: str) -> None:
