@@ -29,6 +29,7 @@ from agent_sandbox.runtime.pool import WarmPool, new_id
 from agent_sandbox.runtime.reaper import reap_loop, reap_once
 from agent_sandbox.runtime.runc import Runc
 from agent_sandbox.runtime.sandboxes import VISIBLE, Sandboxes
+from agent_sandbox.runtime.shared_templates import SharedTemplates
 from agent_sandbox.runtime.store import SandboxRow, SandboxState, Store
 from agent_sandbox.runtime.templates import Template, TemplateStore
 
@@ -55,7 +56,10 @@ class Engine(GuestOps):
             runc = Runc(self.config.runc_root, systemd_cgroup=self.mode.cgroups == "systemd")
             _precompile_guest()
             store = Store(self.config.db_path)
-            templates = TemplateStore(self.config.templates_dir, self.mode.assemble_base)
+            shared = SharedTemplates(self.config.shared_templates_dir,
+                                     mirror_dirs=self.mode.name == "rootless")
+            templates = TemplateStore(self.config.templates_dir, self.mode.assemble_base,
+                                      shared)
             parts = Sandboxes(self.mode, runc, store, templates,
                               Activity(store.touch, self._stop), self.mode.enforced_limits())
             recovery.recover(parts)
@@ -134,9 +138,11 @@ class Engine(GuestOps):
 
     def remove_template(self, name: str) -> None:
         self._refuse_if_used(name)
-        own = str(self.templates.path(name)) + "/"
+        # Its own directories (not base's), here or in the shared directory.
+        own = (str(self.templates.path(name)) + "/",
+               f"{self.config.shared_templates_dir}/{name}/")
         lowers = [lower for layer in self.templates.get(name).layers
-                  for lower in layer.lowers if lower.startswith(own)]  # not shared ones
+                  for lower in layer.lowers if lower.startswith(own)]
         self.templates.remove(name)
         self.mode.forget_views(lowers)
 
@@ -166,9 +172,11 @@ class Engine(GuestOps):
         owner: str = "",
     ) -> SandboxInfo:
         parts = self._sandboxes
-        if template == code_template.NAME:
-            code_template.ensure(parts.templates)  # built on first use (minutes, once)
-        tmpl = parts.templates.get(template)
+        if template == code_template.NAME:  # built on first use (a minute, once per host)
+            tmpl = code_template.ensure(parts.templates,
+                                        index_url=self.config.template_index_url)
+        else:
+            tmpl = parts.templates.get(template)
         limits = _limits(self.config.limits, cpu, memory_mb, disk_mb)
         timeout = validate.positive(timeout, "timeout", allow_none=False, maximum=30 * 86400)
         if not isinstance(network, bool) or not isinstance(persistent, bool):
