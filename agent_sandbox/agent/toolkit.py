@@ -13,7 +13,7 @@ from agent_sandbox.agent.args import ToolArgs, parse_args, tool_schema
 from agent_sandbox.agent.config import BASE_TEMPLATE, CODE_TEMPLATE, AgentConfig
 from agent_sandbox.agent.output import OUTPUT_DIR, cut, split_budget
 from agent_sandbox.agent.sessions import SessionState
-from agent_sandbox.errors import RuntimeUnavailableError
+from agent_sandbox.errors import RuntimeUnavailableError, WrongStateError
 from agent_sandbox.models import SandboxInfo
 from agent_sandbox.sdk import AsyncSandbox
 
@@ -89,8 +89,8 @@ async def default_template(ctx: CallContext, *, needs_kernel: bool = False) -> s
     else the code interpreter only once it is built here, else base: building it takes a
     minute, and cannot work where the package index is unreachable."""
     template = ctx.config.template
-    if template != CODE_TEMPLATE and not needs_kernel:
-        return template
+    if (template == CODE_TEMPLATE) == needs_kernel:
+        return template  # nothing to look up (listing templates assembles base)
     built = await _built_templates()
     if needs_kernel:
         return template if built.get(template) else CODE_TEMPLATE
@@ -111,6 +111,24 @@ async def _create(ctx: CallContext, template: str) -> AsyncSandbox:
             f"{BASE_TEMPLATE}).", details=exc.details) from None
 
 
+async def _no_kernel(ctx: CallContext, sandbox_id: str) -> None:
+    """run_code on a default sandbox from base (made so while the code interpreter was
+    not built): say how to get a kernel instead of only that base has none."""
+    start = (f"run_code needs a Python kernel; this session's default sandbox {sandbox_id} "
+             f"runs template {BASE_TEMPLATE}, which has none")
+    if (await _built_templates()).get(CODE_TEMPLATE):
+        raise WrongStateError(
+            f"{start}. Make one that has: create_sandbox with template {CODE_TEMPLATE}, and "
+            "pass its sandbox_id to run_code (or use run_command with python3 -c '...')",
+            details={"alternative": "create_sandbox"})
+    raise WrongStateError(
+        f"{start}, and {CODE_TEMPLATE} is not built on this host. Build it: `abx template "
+        f"build {CODE_TEMPLATE} --index-url URL` (an index this host can reach; as root it "
+        "is built once for every user), or set ABX_MCP_TEMPLATE to a template that has a "
+        "kernel; then create_sandbox with it and pass its sandbox_id. Meanwhile "
+        "run_command with python3 -c '...' works.", details={"alternative": "run_command"})
+
+
 async def sandbox_for(ctx: CallContext, sandbox_id: str | None, *,
                       needs_kernel: bool = False) -> AsyncSandbox:
     """The named sandbox, or the session's default one (created lazily; for run_code from a
@@ -122,6 +140,8 @@ async def sandbox_for(ctx: CallContext, sandbox_id: str | None, *,
             default = ctx.session.default_id
             if default is not None:
                 sb = ctx.session.sandboxes[default]
+                if needs_kernel and sb._info.template == BASE_TEMPLATE:
+                    await _no_kernel(ctx, sb.sandbox_id)
             else:
                 sb = await _create(ctx, await default_template(ctx, needs_kernel=needs_kernel))
                 ctx.session.adopt(sb, persistent=False)

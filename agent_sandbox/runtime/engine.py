@@ -172,37 +172,38 @@ class Engine(GuestOps):
         owner: str = "",
     ) -> SandboxInfo:
         parts = self._sandboxes
-        if template == code_template.NAME:  # built on first use (a minute, once per host)
-            tmpl = code_template.ensure(parts.templates,
-                                        index_url=self.config.template_index_url)
-        else:
-            tmpl = parts.templates.get(template)
-        limits = _limits(self.config.limits, cpu, memory_mb, disk_mb)
-        timeout = validate.positive(timeout, "timeout", allow_none=False, maximum=30 * 86400)
-        if not isinstance(network, bool) or not isinstance(persistent, bool):
-            raise InvalidArgumentError("network and persistent must be true or false")
-        envs = validate.envs(envs)
-        metadata = validate.metadata(metadata)
-        if network:
-            self.mode.check_network()
         assert self._pool is not None
-        if self._pool.fits(tmpl.name, volume=volume, network=network, limits=limits.__dict__):
-            claimed = self._pool.claim(tmpl.name, timeout=float(timeout), persistent=persistent,
-                                       envs=envs, metadata=metadata, owner=owner)
-            if claimed is not None:
-                return self.info(claimed)
-        sandbox_id = new_id()
-        now = time.time()
-        row = SandboxRow(
-            id=sandbox_id, template=tmpl.name, state=SandboxState.CREATING, created_at=now,
-            last_used=now, timeout=float(timeout), persistent=persistent, network=network,
-            volume_id=volume or f"vol-{sandbox_id[4:]}", envs=envs, metadata=metadata,
-            limits=limits.__dict__,
-            layers=[{"target": layer.target, "lowers": layer.lowers} for layer in tmpl.layers],
-            owner=owner,
-        )
-        parts.make(row, new_volume=volume is None, final_state=SandboxState.RUNNING)
-        return self.info(sandbox_id)
+        with self._pool.first_served():  # the warm pool's own boots wait for this one
+            if template == code_template.NAME:  # built on first use (a minute, once per host)
+                tmpl = code_template.ensure(parts.templates,
+                                            index_url=self.config.template_index_url)
+            else:
+                tmpl = parts.templates.get(template)
+            limits = _limits(self.config.limits, cpu, memory_mb, disk_mb)
+            timeout = validate.positive(timeout, "timeout", allow_none=False, maximum=30 * 86400)
+            if not isinstance(network, bool) or not isinstance(persistent, bool):
+                raise InvalidArgumentError("network and persistent must be true or false")
+            envs = validate.envs(envs)
+            metadata = validate.metadata(metadata)
+            if network:
+                self.mode.check_network()
+            if self._pool.fits(tmpl.name, volume=volume, network=network, limits=limits.__dict__):
+                claimed = self._pool.claim(tmpl.name, timeout=float(timeout), persistent=persistent,
+                                           envs=envs, metadata=metadata, owner=owner)
+                if claimed is not None:
+                    return self.info(claimed)
+            sandbox_id = new_id()
+            now = time.time()
+            row = SandboxRow(
+                id=sandbox_id, template=tmpl.name, state=SandboxState.CREATING, created_at=now,
+                last_used=now, timeout=float(timeout), persistent=persistent, network=network,
+                volume_id=volume or f"vol-{sandbox_id[4:]}", envs=envs, metadata=metadata,
+                limits=limits.__dict__,
+                layers=[{"target": layer.target, "lowers": layer.lowers} for layer in tmpl.layers],
+                owner=owner,
+            )
+            parts.make(row, new_volume=volume is None, final_state=SandboxState.RUNNING)
+            return self.info(sandbox_id)
 
     def drain_pool(self) -> int:
         """Destroy every warm, unclaimed sandbox; returns how many."""

@@ -127,10 +127,15 @@ def verify_tree(rootfs: Path) -> list[tuple[str, int]]:
     """Every entry under ``rootfs`` root's and none writable by group or others (links
     are not followed). Returns its directories (relative path, mode), parents first.
     Once per process and tree (a rebuild is a new ``rootfs-*`` directory)."""
-    with _verified_lock:
+    with _verified_lock:  # one walk at a time: a pool filling and a create may both ask
         known = _verified.get(str(rootfs))
-    if known is not None:
-        return known
+        if known is None:
+            known = _verify_tree(rootfs)
+            _verified[str(rootfs)] = known
+    return known
+
+
+def _verify_tree(rootfs: Path) -> list[tuple[str, int]]:
     fd = open_trusted_dir(rootfs)
     os.close(fd)
     dirs: list[tuple[str, int]] = []
@@ -146,8 +151,6 @@ def verify_tree(rootfs: Path) -> list[tuple[str, int]]:
             if stat.S_ISDIR(st.st_mode):
                 dirs.append((os.path.normpath(os.path.join(rel, name)),
                              stat.S_IMODE(st.st_mode)))
-    with _verified_lock:
-        _verified[str(rootfs)] = dirs
     return dirs
 
 
@@ -230,10 +233,12 @@ class SharedTemplates:
         tops: dict[str, list[str]] = {}
         for layer in tmpl.layers:
             lowers = list(layer.lowers)
-            trees = [verify_tree(Path(lower)) for lower in lowers]
-            if self.mirror_dirs:
-                lowers = [str(_mirror(own_root, tmpl.name, Path(lower), tree))
-                          for lower, tree in zip(lowers, trees, strict=True)] + lowers
+            if self.mirror_dirs:  # made once per user and build, after checking the tree
+                lowers = [str(_mirror(own_root, tmpl.name, Path(lower)))
+                          for lower in lowers] + lowers
+            else:
+                for lower in lowers:
+                    verify_tree(Path(lower))
             tops.setdefault(layer.target, []).extend(lowers)
         out = [Layer(layer.target, [*tops.pop(layer.target, []), *layer.lowers])
                for layer in base.layers]
@@ -299,20 +304,50 @@ def seal_tree(top: Path) -> None:
     os.chmod(top, 0o755)
 
 
-def _mirror(own_root: Path, name: str, lower: Path, dirs: list[tuple[str, int]]) -> Path:
-    """The user's mirror of a shared layer's directories (made once per layer)."""
+def _umask() -> int:
+    """This process's umask, read without changing it (0o777: unknown, chmod always)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o777
+
+
+def _mirror(own_root: Path, name: str, lower: Path) -> Path:
+    """The user's mirror of a shared layer's directories, made (after ``verify_tree``)
+    once per user and layer: its existence says this user checked that tree."""
     folder = own_root / MIRRORS / name
     target = folder / lower.name
     if target.is_dir():
         return target
+    with _mirror_lock:  # one maker per process; other processes: the rename below
+        if target.is_dir():
+            return target
+        _make_mirror(folder, target, verify_tree(lower))
+    for old in folder.iterdir():  # mirrors of builds root has replaced since
+        if old.name != target.name and not old.name.startswith(".") \
+                and not (lower.parent / old.name).exists():
+            shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+_mirror_lock = threading.Lock()
+
+
+def _make_mirror(folder: Path, target: Path, dirs: list[tuple[str, int]]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".tmp-{os.getpid()}-{time.time_ns()}"
     tmp.mkdir(mode=0o755)
+    umask = _umask()
     try:
         for rel, mode in dirs:
-            path = tmp / rel
-            path.mkdir()
-            os.chmod(path, mode & 0o1755 | 0o700)
+            wanted = mode & 0o1755 | 0o700
+            os.mkdir(os.path.join(tmp, rel), wanted)
+            if wanted & ~umask != wanted:
+                os.chmod(os.path.join(tmp, rel), wanted)
         os.chmod(tmp, 0o755)
         try:
             os.replace(tmp, target)
@@ -321,8 +356,3 @@ def _mirror(own_root: Path, name: str, lower: Path, dirs: list[tuple[str, int]])
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    for old in folder.iterdir():  # mirrors of builds root has replaced since
-        if old.name != target.name and not old.name.startswith(".") \
-                and not (lower.parent / old.name).exists():
-            shutil.rmtree(old, ignore_errors=True)
-    return target

@@ -20,6 +20,7 @@ import shlex
 import shutil
 import stat
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -113,6 +114,8 @@ class TemplateStore:
         # the engine (root, or the rootless user) reads them, through its own views.
         os.chmod(root, 0o700)
         self._base: Template | None = None
+        # One assembly at a time: a warm pool filling and a first create both need base.
+        self._base_lock = threading.Lock()
         _sweep_leftovers(root)
 
     def path(self, name: str) -> Path:
@@ -290,11 +293,14 @@ class TemplateStore:
         """The base template, assembled once per process; ``refresh_base`` picks up a
         changed host /etc (the engine's reaper calls it every few seconds)."""
         if self._base is None:
-            self._base = self._assemble_base(self.root / BASE)
+            with self._base_lock:
+                if self._base is None:
+                    self._base = self._assemble_base(self.root / BASE)
         return self._base
 
     def refresh_base(self) -> None:
-        self._base = self._assemble_base(self.root / BASE)
+        with self._base_lock:
+            self._base = self._assemble_base(self.root / BASE)
 
 
 _COMMAND_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
