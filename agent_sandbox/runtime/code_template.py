@@ -246,12 +246,14 @@ def _build(store: TemplateStore, root: Path, inputs: dict[str, object], index_ur
         (staging / "template.json").write_text(json.dumps(tmpl.to_json(), indent=2))
         if shared:
             seal_tree(staging)  # root's, and nobody else may write any of it
-        folder = root / NAME
-        trash = root / f".trash-{NAME}-{os.getpid()}-{time.time_ns()}"
-        if folder.exists():
-            os.replace(folder, trash)
-        os.replace(staging, folder)
-        shutil.rmtree(trash, ignore_errors=True)
+            _commit_shared(staging, root / NAME, rootfs.name)
+        else:
+            folder = root / NAME
+            trash = root / f".trash-{NAME}-{os.getpid()}-{time.time_ns()}"
+            if folder.exists():
+                os.replace(folder, trash)
+            os.replace(staging, folder)
+            shutil.rmtree(trash, ignore_errors=True)
         where = f"for every user, in {root}" if shared else f"in {root}"
         progress(f"template {NAME} ready {where} ({time.monotonic() - started:.0f} s)")
         if shared:
@@ -264,6 +266,27 @@ def _build(store: TemplateStore, root: Path, inputs: dict[str, object], index_ur
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def _commit_shared(staging: Path, folder: Path, rootfs: str) -> None:
+    """The new build in place for every user. Other users' sandboxes may still run on
+    the previous one (root cannot know): it is kept until the next build, older ones go."""
+    previous: set[str] = set()
+    try:
+        old = json.loads((folder / "template.json").read_text())
+        previous = {Path(lower).name for layer in old.get("layers", [])
+                    for lower in layer.get("lowers", [])}
+    except (OSError, ValueError, AttributeError, TypeError):
+        pass
+    folder.mkdir(mode=0o755, exist_ok=True)
+    os.chmod(folder, 0o755)
+    os.replace(staging / rootfs, folder / rootfs)
+    os.replace(staging / "template.json", folder / "template.json")  # the switch
+    for entry in folder.iterdir():
+        if entry.name.startswith("rootfs-") and entry.name not in previous | {rootfs}:
+            trash = folder.parent / f".trash-{NAME}-{os.getpid()}-{time.time_ns()}"
+            os.replace(entry, trash)
+            shutil.rmtree(trash, ignore_errors=True)
 
 
 def _relocate(env_dir: Path, target: str) -> None:

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from agent_sandbox.errors import InvalidArgumentError, RuntimeUnavailableError
-from agent_sandbox.runtime.templates import Layer, Template, validate_name
+from agent_sandbox.runtime.templates import Layer, Template, sweep_leftovers, validate_name
 
 log = logging.getLogger(__name__)
 
@@ -218,6 +218,8 @@ class SharedTemplates:
                 raise Untrusted(f"{folder}/template.json names {tmpl.name!r}")
             for layer in tmpl.layers:
                 for lower in layer.lowers:
+                    if not isinstance(lower, str):
+                        raise Untrusted(f"{folder}/template.json names a layer {lower!r}")
                     child = Path(lower)
                     if child.parent != folder or not _ROOTFS_RE.match(child.name):
                         raise Untrusted(f"{folder}/template.json names a layer outside "
@@ -250,6 +252,7 @@ class SharedTemplates:
         if not self.builder:
             raise RuntimeUnavailableError("only root builds shared templates")
         self.root.mkdir(mode=0o755, parents=True, exist_ok=True)
+        sweep_leftovers(self.root)  # builds and removals dead processes left half done
         st = os.lstat(self.root)
         if stat.S_ISDIR(st.st_mode) and st.st_uid == 0 and st.st_mode & 0o022:
             os.chmod(self.root, 0o755)

@@ -116,7 +116,7 @@ class TemplateStore:
         self._base: Template | None = None
         # One assembly at a time: a warm pool filling and a first create both need base.
         self._base_lock = threading.Lock()
-        _sweep_leftovers(root)
+        sweep_leftovers(root)
 
     def path(self, name: str) -> Path:
         return self.root / validate_name(name)
@@ -362,7 +362,7 @@ def _check_source(source: Path, store_root: Path) -> Path:
 
 
 # imports: filesystem ---------------------------------------------------------------------
-def _sweep_leftovers(root: Path) -> None:
+def sweep_leftovers(root: Path) -> None:
     """Delete imports and removals a dead process left half done (``.tmp-<name>-<pid>-<ns>``,
     ``.trash-...``); those of live processes are still in use."""
     for path in root.glob(".*-*-*"):

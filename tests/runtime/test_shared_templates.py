@@ -181,3 +181,22 @@ def test_unreachable_index_is_named_within_seconds(monkeypatch: pytest.MonkeyPat
         assert package_index.unreachable(f"http://127.0.0.1:{port}/simple") is None
     assert "not a directory" in (package_index.unreachable("file:///nonexistent/x") or "")
     assert "scheme" in (package_index.unreachable("ftp://x/simple") or "")
+
+
+def test_a_shared_rebuild_keeps_the_previous_build_only(tmp_path: Path) -> None:
+    """Users' sandboxes may still run on the build a rebuild replaces: it stays, older
+    ones go, and template.json switches to the new one last."""
+    from agent_sandbox.runtime.code_template import _commit_shared
+
+    root = tmp_path / "shared"
+    _make(root, rootfs="rootfs-a")
+    (root / NAME / "rootfs-0").mkdir()  # an older build nobody names any more
+    staging = tmp_path / "staging"
+    (staging / "rootfs-c" / "opt").mkdir(parents=True)
+    new = Template(name=NAME, kind="built", layers=[Layer("/", [str(root / NAME / "rootfs-c")])])
+    (staging / "template.json").write_text(json.dumps(new.to_json()))
+    _commit_shared(staging, root / NAME, "rootfs-c")
+    assert sorted(p.name for p in (root / NAME).iterdir()) == \
+        ["rootfs-a", "rootfs-c", "template.json"]
+    assert json.loads((root / NAME / "template.json").read_text())["layers"][0]["lowers"] == \
+        [str(root / NAME / "rootfs-c")]
