@@ -35,6 +35,7 @@ from pathlib import Path
 
 from agent_sandbox.errors import RuntimeUnavailableError
 from agent_sandbox.runtime import package_index
+from agent_sandbox.runtime.config import EngineConfig
 from agent_sandbox.runtime.oci import DEFAULT_PATH
 from agent_sandbox.runtime.shared_templates import seal_tree
 from agent_sandbox.runtime.templates import BASE, Layer, Template, TemplateStore
@@ -305,13 +306,11 @@ def _relocate(env_dir: Path, target: str) -> None:
     cfg.write_text(cfg.read_text().replace(old, target))
 
 
-def store_for(config: object) -> TemplateStore:
+def store_for(config: EngineConfig) -> TemplateStore:
     """This host's template store as an engine with ``config`` sees it (for the CLI)."""
-    from agent_sandbox.runtime.config import EngineConfig
     from agent_sandbox.runtime.host_mode import select_host_mode
     from agent_sandbox.runtime.shared_templates import SharedTemplates
 
-    assert isinstance(config, EngineConfig)
     mode = select_host_mode(config)
     shared = SharedTemplates(config.shared_templates_dir, mirror_dirs=mode.name == "rootless")
     return TemplateStore(config.templates_dir, mode.assemble_base, shared)
@@ -328,15 +327,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="package index to build from (default: ABX_TEMPLATE_INDEX_URL, "
                              "else pip's own configuration, else PyPI)")
     args = parser.parse_args(argv)
-    from agent_sandbox.runtime.config import EngineConfig
-
     config = EngineConfig()
     store = store_for(config)
     index_url = config.template_index_url if args.index_url is None else args.index_url
     try:
         tmpl = ensure(store, index_url=index_url, force=args.force, progress=_stderr_line)
     except RuntimeUnavailableError as exc:
-        print(f"{NAME}: {exc}", file=sys.stderr)
+        print(exc.message, file=sys.stderr)
         return 1
     print(f"{NAME}: ready ({describe_location(store, tmpl)})", file=sys.stderr)
     return 0
