@@ -154,14 +154,10 @@ class TemplateStore:
             self.shared is not None and self.shared.load(name) is not None)
 
     def list(self) -> list[Template]:
-        out = [self.ensure_base()]
-        seen = {BASE}
-        shared = self.shared
-        for name in shared.names() if shared is not None else []:
-            tmpl = shared.load(name) if shared is not None else None
-            if tmpl is not None and name != BASE:
-                out.append(tmpl)  # its own layers only: listing makes no mirrors
-                seen.add(name)
+        shared = [t for t in map(self.shared.load, self.shared.names()) if t is not None
+                  and t.name != BASE] if self.shared is not None else []
+        out = [self.ensure_base(), *shared]  # shared: their own layers (no mirror made)
+        seen = {BASE, *(t.name for t in shared)}
         for meta in sorted(self.root.glob("*/template.json")):
             # Dot dirs are imports in progress and removals: never listed.
             name = meta.parent.name
