@@ -61,8 +61,16 @@ if [ "$(cat /proc/sys/kernel/keys/root_maxkeys 2>/dev/null || echo 0)" -lt 10000
 fi
 
 # The code-interpreter-v1 template (a Python environment with a Jupyter kernel), from the
-# package registry once; later runs only check it (well under a second).
-.venv/bin/python -m agent_sandbox.runtime.code_template
+# package index once, into the shared templates directory (ABX_SHARED_TEMPLATES_DIR,
+# default /var/lib/agent-sandbox-templates): every user of the host, rootless ones too,
+# runs it without a copy of their own. Later runs only check it (well under a second).
+# Offline the setup still succeeds: run_command and the file tools work on base.
+say "code-interpreter-v1 template (pip output below; about a minute the first time)"
+if ! .venv/bin/python -m agent_sandbox.runtime.code_template; then
+    say "warning: code-interpreter-v1 is not built (see above): run_code needs it, the rest" \
+        "works. Later, where the index is reachable: .venv/bin/abx template build" \
+        "code-interpreter-v1 --index-url URL"
+fi
 
 case "$job" in
     "") say "set up; run 'scripts/setup.sh mcp' or 'scripts/setup.sh test'" ;;
