@@ -42,12 +42,9 @@ INSTRUCTIONS = (
 
 
 def _version() -> str:
-    try:
-        from importlib.metadata import version
+    from agent_sandbox import __version__
 
-        return version("agent-sandbox")
-    except Exception:  # noqa: BLE001 - running from a source tree
-        return "0.0.0"
+    return __version__
 
 
 class AgentRuntime:
