@@ -43,8 +43,11 @@ if [ ! -x .venv/bin/python ]; then
 fi
 if ! .venv/bin/python -c "import agent_sandbox" 2>/dev/null \
         || [ pyproject.toml -nt .venv/.installed ]; then
-    say "installing agent-sandbox and its dependencies"
+    say "installing abx-sandbox (agent_sandbox, abx) and its dependencies"
     .venv/bin/python -m pip install -q --upgrade pip
+    # This package was the distribution agent-sandbox before; on the public index that name
+    # is an unrelated project with the same import name. Neither may stay beside it.
+    .venv/bin/python -m pip uninstall -q -y agent-sandbox >/dev/null 2>&1 || true
     .venv/bin/python -m pip install -q -e '.[test]'
     touch .venv/.installed
 fi

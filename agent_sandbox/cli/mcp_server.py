@@ -21,6 +21,7 @@ from agent_sandbox.cli import runstate
 from agent_sandbox.cli.atomic import atomic_write
 from agent_sandbox.cli.output import CliError, UsageError, mask
 from agent_sandbox.cli.settings import cli_settings
+from agent_sandbox.cli.stdio_launch import stdio_argv
 from agent_sandbox.settings import Settings, child_env
 
 TOKEN_FILE = "mcp-token"
@@ -123,10 +124,6 @@ def plan_start(*, http: bool, host: str, port: int, background: bool,
     env = child_env(settings.model_copy(update=update), dict(os.environ))
     return StartPlan(http=http, host=host, port=port, env=env, token=token,
                      token_note=token_note)
-
-
-def stdio_argv() -> list[str]:
-    return [sys.executable, "-m", "agent_sandbox.agent.mcp"]
 
 
 def http_argv(host: str, port: int) -> list[str]:
