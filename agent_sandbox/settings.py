@@ -112,6 +112,14 @@ class Settings(BaseSettings):
     pool_templates: CommaList = _var(
         "ABX_POOL_TEMPLATES", "Templates kept warm (comma list).",
         shown_default="`base` (MCP servers: their template)", default=("base",))
+    shared_templates_dir: Path = _var(
+        "ABX_SHARED_TEMPLATES_DIR", "Templates root builds once for every user of the host "
+        "(`code-interpreter-v1`); used only while root owns it and nobody else may write it.",
+        default=Path("/var/lib/agent-sandbox-templates"))
+    template_index_url: str = _var(
+        "ABX_TEMPLATE_INDEX_URL", "Package index `code-interpreter-v1` is built from (pip "
+        "`--index-url`).", shown_default="pip's own (`PIP_INDEX_URL`, pip.conf), else PyPI",
+        default="")
     paused_stop_after: float = _var(
         "ABX_PAUSED_STOP_AFTER", "Seconds a sandbox stays paused before its container is "
         "stopped (disk kept; resuming boots it afresh).", default=900.0, ge=0)

@@ -8,9 +8,12 @@ from pathlib import Path
 from agent_sandbox.settings import Settings
 
 CODE_TEMPLATE = "code-interpreter-v1"  # base plus Python with a Jupyter kernel
+BASE_TEMPLATE = "base"
 # An IDE's local STDIO server is for one agent that wants a notebook; a shared HTTP server
-# starts plain sandboxes (run_code still gets a kernel sandbox when it needs one).
-DEFAULT_TEMPLATES = {"stdio": CODE_TEMPLATE, "http": "base"}
+# starts plain sandboxes (run_code still gets a kernel sandbox when it needs one). The
+# code interpreter is a default only once built: until then sandboxes for anything but
+# run_code start from base (toolkit.default_template), so they work offline.
+DEFAULT_TEMPLATES = {"stdio": CODE_TEMPLATE, "http": BASE_TEMPLATE}
 DEFAULT_TEMPLATE = DEFAULT_TEMPLATES["stdio"]
 DEFAULT_OUTPUT_BUDGET: int = Settings.model_fields["mcp_output_budget"].default
 DEFAULT_MAX_CONCURRENCY: int = Settings.model_fields["mcp_max_concurrency"].default

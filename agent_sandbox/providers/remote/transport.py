@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx2 as httpx
 
+from agent_sandbox import __version__
 from agent_sandbox.errors import PermissionDeniedError, RuntimeUnavailableError, SandboxError
 from agent_sandbox.providers.remote.errors import decode_error
 
@@ -57,7 +58,7 @@ class Transport:
     def __init__(self, base_url: str, api_key: str | None, *,
                  retry_seconds: float = _RETRY_SECONDS,
                  transport: httpx.BaseTransport | None = None) -> None:
-        headers = {"User-Agent": "agent-sandbox-remote/0.1"}
+        headers = {"User-Agent": f"agent-sandbox-remote/{__version__}"}
         self.socket_path = unix_socket_path(base_url)
         if self.socket_path is not None:
             if transport is None:
