@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -10,6 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from agent_sandbox.cli.exec_cmd import EPILOG, ExecCommand, exec_
 from agent_sandbox.cli.info_view import ago, info_table
 from agent_sandbox.cli.output import CliError, console, print_json, want_json
 from agent_sandbox.cli.sdkutil import default_template, parse_pairs, provider
@@ -99,39 +99,7 @@ def info(sandbox_id: IdArg, json_out: JsonOpt = False) -> None:
     console.print(info_table(data))
 
 
-@app.command(name="exec", epilog="Examples:\n\n  abx sandbox exec sb-1234 'ls -la /workspace'"
-                                 "\n\n  abx sandbox exec sb-1234 -- python3 -c 'print(42)'")
-def exec_(
-    sandbox_id: IdArg,
-    command: Annotated[list[str], typer.Argument(help="The command: one shell string, or "
-                                                 "words after --.")],
-    cwd: Annotated[str | None, typer.Option(help="Working directory inside.")] = None,
-    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE, "
-                                                  "repeatable.")] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds before it is killed.")] = 60,
-    json_out: JsonOpt = False,
-) -> None:
-    """Run a command in a sandbox, streaming its output; exits with the command's exit code
-    (124 when it timed out)."""
-    cmd = command[0] if len(command) == 1 else shlex.join(command)
-    sb = _sandbox(sandbox_id)
-    quiet = want_json(json_out)
-
-    def out(text: str) -> None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-
-    def err(text: str) -> None:
-        sys.stderr.write(text)
-        sys.stderr.flush()
-
-    result = sb.commands.run(cmd, cwd=cwd, envs=parse_pairs(env, "--env"), timeout=timeout,
-                             on_stdout=None if quiet else out, on_stderr=None if quiet else err)
-    if quiet:
-        print_json(result.model_dump())
-    elif result.timed_out:
-        print(f"error: timed out after {timeout:g}s (raise --timeout)", file=sys.stderr)
-    raise typer.Exit(124 if result.timed_out else result.exit_code)
+app.command(name="exec", cls=ExecCommand, epilog=EPILOG)(exec_)
 
 
 @app.command("run-code", epilog="Example: abx sandbox run-code sb-1234 'print(1+1)'")

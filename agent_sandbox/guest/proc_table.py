@@ -11,7 +11,7 @@ from collections import deque
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~5 ms of startup; annotations are strings anyway
-    from typing import Callable, Deque, Dict, List, Optional, Tuple
+    from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 if __package__:
     from .errors import GuestError, bad
@@ -64,7 +64,9 @@ class ProcTable:
         stdin: bool,
         background: bool,
         subscribe: bool,
+        creds: Optional[Dict[str, Any]] = None,
     ) -> Tuple[Proc, Optional[Subscriber]]:
+        """``creds``: Popen's user/group/extra_groups, to run it as another account."""
         import subprocess
 
         if not os.path.isdir(cwd):
@@ -87,6 +89,7 @@ class ProcTable:
                     stderr=subprocess.PIPE,
                     stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                     preexec_fn=self.child_limit,
+                    **(creds or {}),
                 )
             except FileNotFoundError:
                 raise GuestError(
@@ -94,6 +97,9 @@ class ProcTable:
                     f"cannot execute {argv[0]!r}: no such program (PATH={env.get('PATH', '')})",
                 ) from None
             except OSError as exc:
+                if exc.filename == cwd:  # chdir failed: the account may not enter it
+                    raise bad(f"cannot enter the working directory {cwd}: "
+                              f"{exc.strerror or exc}") from None
                 raise bad(f"cannot execute {argv[0]!r}: {exc.strerror or exc}") from None
             proc = Proc(popen, argv, max_output, background, self._on_finished)
             old = self.procs.pop(proc.pid, None)

@@ -26,6 +26,9 @@ from agent_sandbox.models import (
 
 OutputCallback = Callable[[str], None]
 ResultCallback = Callable[[Result], None]
+# A command's stdin: all of it, or a stream (chunks, or a binary file such as a pipe)
+# read as the command runs and never held whole.
+StdinData = str | bytes | Iterable[bytes] | IO[bytes]
 
 
 @runtime_checkable
@@ -52,10 +55,11 @@ class Provider(Protocol):
     # commands
     def run(self, sandbox_id: str, cmd: str, cwd: str | None = None,
             envs: dict[str, str] | None = None, timeout: float | None = None,
-            stdin: str | bytes | None = None, on_stdout: OutputCallback | None = None,
-            on_stderr: OutputCallback | None = None) -> CommandResult: ...
+            stdin: StdinData | None = None, on_stdout: OutputCallback | None = None,
+            on_stderr: OutputCallback | None = None, user: str | None = None
+            ) -> CommandResult: ...
     def start(self, sandbox_id: str, cmd: str, cwd: str | None = None,
-              envs: dict[str, str] | None = None) -> int: ...
+              envs: dict[str, str] | None = None, user: str | None = None) -> int: ...
     def process_output(self, sandbox_id: str, pid: int) -> ProcessOutput: ...
     def wait(self, sandbox_id: str, pid: int, timeout: float | None = None,
              on_stdout: OutputCallback | None = None,

@@ -126,9 +126,11 @@ class GuestClient:
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
         cancel: Cancel | None = None,
+        user: str | None = None,
     ) -> ExecResult:
         """Run a command to completion, streaming output to the callbacks as it arrives
-        (or until ``cancel`` ends it: the guest kills the command)."""
+        (or until ``cancel`` ends it: the guest kills the command). ``user``: an account
+        of the sandbox to run it as (default root)."""
         req = {
             "op": "exec",
             "argv": list(argv),
@@ -140,6 +142,7 @@ class GuestClient:
             "background": False,
             # A cancellable caller shuts the connection down to stop it: the guest watches.
             "watch": cancel is not None or current_call() is not None,
+            **({"user": user} if user is not None else {}),
         }
         total = None if timeout is None else timeout + STREAM_GRACE
         conn = self._open(req, total, frame_timeout=total)
@@ -166,6 +169,7 @@ class GuestClient:
         env: dict[str, str] | None = None,
         max_output: int = 1 << 20,
         stdin_open: bool = False,
+        user: str | None = None,
     ) -> int:
         """Start a background process; it outlives this call. Returns its pid."""
         reply = self._call(
@@ -177,6 +181,7 @@ class GuestClient:
                 "max_output": max_output,
                 "stdin": stdin_open,
                 "background": True,
+                **({"user": user} if user is not None else {}),
             }
         )
         return int(field(reply, "pid", int))

@@ -22,6 +22,9 @@ from agent_sandbox.runtime.templates import BASE, Layer, Template
 _USR_MERGED_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 # Host files always hidden, whatever their mode.
 _ALWAYS_MASKED = ("shadow", "shadow-", "gshadow", "gshadow-", "machine-id")
+DEFAULT_UID = 1000  # the guest's users.DEFAULT_UID
+# Part of a snapshot's name: a change in how snapshots are made gives new ones.
+_SNAPSHOT_RECIPE = b"abx-etc-2 (uid 1000 is user)\n"
 
 
 def host_view_base(folder: Path) -> Template:
@@ -105,7 +108,7 @@ def _build_skeleton(folder: Path, skeleton: Path, *, merged: bool = False) -> No
 def _etc_fingerprint(etc: Path) -> tuple[str, list[tuple[str, os.stat_result]]]:
     """What a snapshot would hold (world-readable entries) and a digest of it."""
     entries: list[tuple[str, os.stat_result]] = []
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(_SNAPSHOT_RECIPE)
     for dirpath, dirnames, filenames in os.walk(etc):
         dirnames.sort()
         for name in sorted(dirnames) + sorted(filenames):
@@ -124,6 +127,42 @@ def _etc_fingerprint(etc: Path) -> tuple[str, list[tuple[str, os.stat_result]]]:
             digest.update(f"{rel}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\0"
                           f"{st.st_uid}\0{st.st_gid}\n".encode())
     return digest.hexdigest()[:12], entries
+
+
+def _add_default_user(etc: Path) -> None:
+    """The sandboxes' unprivileged account, ``user`` (uid/gid 1000, home /home/user: the
+    guest makes the home and gives it /workspace on first use). A host account holding
+    id 1000 is left out: in a sandbox that id is ``user``."""
+    files = {name: etc / name for name in ("passwd", "group", "shadow")}
+    if any(path.is_symlink() for path in files.values()):
+        return  # never written through a link (it points into the host): the guest adds it
+    uid = str(DEFAULT_UID)
+    passwd = _lines(files["passwd"])
+    if any(line.split(":")[:1] == ["user"] for line in passwd):
+        return
+    gone = {line.split(":")[0] for line in passwd if line.split(":")[2:3] == [uid]}
+    shell = "/bin/bash" if Path("/bin/bash").exists() else "/bin/sh"
+    kept = {
+        "passwd": [ln for ln in passwd if ln.split(":")[2:3] != [uid]]
+        + [f"user:x:{uid}:{uid}::/home/user:{shell}"],
+        "group": [ln for ln in _lines(files["group"]) if ln.split(":")[2:3] != [uid]]
+        + [f"user:x:{uid}:"],
+    }
+    if files["shadow"].is_file():
+        kept["shadow"] = [ln for ln in _lines(files["shadow"]) if ln.split(":")[0] not in gone]
+        kept["shadow"].append("user:!::0:99999:7:::")
+    for name, lines in kept.items():
+        path = files[name]
+        mode = stat.S_IMODE(path.stat().st_mode) if path.is_file() else 0o644
+        path.write_text("\n".join(lines) + "\n")
+        os.chmod(path, mode)
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
 
 
 def _sanitized(path: Path) -> str:
@@ -184,6 +223,7 @@ def _ensure_etc_snapshot(folder: Path) -> Path:
                                if ":" in line)
             (tmp / name).write_text(text)
             os.chmod(tmp / name, 0o640)
+    _add_default_user(tmp)
     for name, text in (("hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n"),
                        # slirp4netns' DNS forwarder, for sandboxes with network=True
                        ("resolv.conf", "nameserver 10.0.2.3\n"),

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from agent_sandbox.errors import InvalidArgumentError, NotFoundError
 from agent_sandbox.runtime import oci_image
 from agent_sandbox.runtime.oci_image import ProgressFn, resolve_in_root
+from agent_sandbox.runtime.rootfs_checks import check_shell
 from agent_sandbox.runtime.validate import is_env_name
 
 if TYPE_CHECKING:
@@ -399,22 +400,6 @@ def _drop_devices(root: Path) -> None:
             mode = os.lstat(path)
             if (stat.S_ISBLK(mode.st_mode) or stat.S_ISCHR(mode.st_mode)) and mode.st_rdev != 0:
                 os.unlink(path)
-
-
-def check_shell(rootfs: Path) -> None:
-    """Every command runs as ``/bin/sh -c``: a root without an executable /bin/sh (links
-    followed inside the root only) would make sandboxes that cannot run anything."""
-    try:
-        sh = resolve_in_root(rootfs, "/bin/sh")
-        st = os.stat(sh, follow_symlinks=False)
-        usable = stat.S_ISREG(st.st_mode) and bool(st.st_mode & 0o111)
-    except (OSError, InvalidArgumentError):
-        usable = False
-    if not usable:
-        raise InvalidArgumentError(
-            f"{rootfs} has no executable /bin/sh, and every command runs through "
-            "`/bin/sh -c`: add a shell to it (busybox or dash as /bin/sh), or import an "
-            "image that has one")
 
 
 def _ensure_dir_inside(rootfs: Path, workdir: str) -> None:

@@ -165,7 +165,7 @@ def test_key_names_are_unique_and_revoke_by_name_is_never_a_guess(abx: Abx,
 # ---- template roots without a shell -------------------------------------------------------
 def test_a_root_without_bin_sh_is_refused(tmp_path: Path) -> None:
     from agent_sandbox.errors import InvalidArgumentError
-    from agent_sandbox.runtime.templates import check_shell
+    from agent_sandbox.runtime.rootfs_checks import check_shell
 
     root = tmp_path / "root"
     (root / "bin").mkdir(parents=True)
@@ -213,8 +213,10 @@ def test_serve_on_a_busy_port_says_so_before_serving(abx: Abx, tmp_path: Path) -
 
 # ---- template commands follow the engine `sandbox create` uses ------------------------------
 @pytest.fixture(scope="module")
-def gateway() -> Iterator[GatewayProcess]:
-    gw = GatewayProcess().start()
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    # Its own (empty) key file: open on loopback whatever keys other tests made.
+    keys = tmp_path_factory.mktemp("gw-keys") / "keys.db"
+    gw = GatewayProcess(keys_file=str(keys)).start()
     try:
         yield gw
     finally:

@@ -29,7 +29,7 @@ from agent_sandbox.models import (
     TemplateInfo,
     VolumeInfo,
 )
-from agent_sandbox.providers.base import OutputCallback, ResultCallback
+from agent_sandbox.providers.base import OutputCallback, ResultCallback, StdinData
 from agent_sandbox.providers.remote.transport import Transport, iter_bytes
 
 _CHUNK = 1 << 20
@@ -58,6 +58,11 @@ def _stdin_fields(data: str | bytes | None, key: str = "stdin") -> dict[str, Any
     if isinstance(data, bytes | bytearray | memoryview):
         return {f"{key}_base64": base64.b64encode(bytes(data)).decode()}
     return {key: data}  # let the gateway reject it with the engine's message
+
+
+def _user_field(user: str | None) -> dict[str, Any]:
+    # Sent only when given: a gateway from before ``user`` existed still runs the rest.
+    return {} if user is None else {"user": user}
 
 
 def _body_chunks(data: bytes | str | Iterable[bytes] | IO[bytes]) -> bytes | Iterator[bytes]:
@@ -167,18 +172,24 @@ class RemoteProvider:
 
     def run(self, sandbox_id: str, cmd: str, cwd: str | None = None,
             envs: dict[str, str] | None = None, timeout: float | None = None,
-            stdin: str | bytes | None = None, on_stdout: OutputCallback | None = None,
-            on_stderr: OutputCallback | None = None) -> CommandResult:
+            stdin: StdinData | None = None, on_stdout: OutputCallback | None = None,
+            on_stderr: OutputCallback | None = None, user: str | None = None
+            ) -> CommandResult:
+        if stdin is not None and not isinstance(stdin, str | bytes | bytearray | memoryview):
+            from agent_sandbox.providers.remote.stdin_run import run_fed
+
+            return run_fed(self, sandbox_id, cmd, cwd=cwd, envs=envs, timeout=timeout,
+                           stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr, user=user)
         url = self._sb(sandbox_id, "/commands")
         body = {"cmd": cmd, "cwd": cwd, "envs": envs, "timeout": timeout,
-                **_stdin_fields(stdin)}
+                **_stdin_fields(stdin), **_user_field(user)}
         if on_stdout or on_stderr:
             return self._streamed(url, body, on_stdout, on_stderr)
         return CommandResult(**self._call("POST", url, json=body, replayable=False))
 
     def start(self, sandbox_id: str, cmd: str, cwd: str | None = None,
-              envs: dict[str, str] | None = None) -> int:
-        body = {"cmd": cmd, "cwd": cwd, "envs": envs}
+              envs: dict[str, str] | None = None, user: str | None = None) -> int:
+        body = {"cmd": cmd, "cwd": cwd, "envs": envs, **_user_field(user)}
         return int(self._call("POST", self._sb(sandbox_id, "/processes"), json=body,
                               replayable=False)["pid"])
 

@@ -12,16 +12,23 @@ what to do about it, instead of being retried.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
+import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx2 as httpx
 
-from agent_sandbox import __version__
-from agent_sandbox.errors import PermissionDeniedError, RuntimeUnavailableError, SandboxError
+from agent_sandbox import __version__, cancel
+from agent_sandbox.errors import (
+    CancelledCallError,
+    PermissionDeniedError,
+    RuntimeUnavailableError,
+    SandboxError,
+)
 from agent_sandbox.providers.remote.errors import decode_error
 
 _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
@@ -152,12 +159,34 @@ class Transport:
                **kw: Any) -> None:
         """Stream NDJSON events to ``on_event`` until the response ends."""
         response = self.open_stream(method, url, replayable=False, **kw)
+        # A cancelled call (Ctrl-C in `abx sandbox exec`, an MCP cancel) cuts the stream:
+        # the gateway sees the client go and stops what the request started.
+        call = cancel.current()
+        key = None if call is None else call.register(lambda: _cut(response))
         try:
             for line in response.iter_lines():
                 if line.strip():
                     on_event(json.loads(line))
+        except httpx.TransportError as exc:
+            if call is not None and call.cancelled:
+                raise CancelledCallError(f"the call to {self.where} was cancelled; what it "
+                                         "started was stopped") from None
+            raise SandboxError(f"the connection to {self.where} broke during the call: "
+                               f"{exc or type(exc).__name__}") from exc
         finally:
+            if call is not None and key is not None:
+                call.unregister(key)
             response.close()
+
+
+def _cut(response: httpx.Response) -> None:
+    """Shut the response's connection down from another thread (closing alone would not
+    wake a thread blocked reading it)."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 def iter_bytes(response: httpx.Response, chunk_size: int = 1 << 20) -> Iterator[bytes]:
