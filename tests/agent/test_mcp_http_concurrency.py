@@ -61,7 +61,7 @@ def test_calls_of_several_sessions_run_at_once(srv: Uvicorn) -> None:
             results: list[Any] = []
 
             async def one(c: Client) -> None:
-                results.append(await c.call_tool("run_command", {"command": STAMPED.format(s=3)}))
+                results.append(await c.call_tool("run_command", {"command": STAMPED.format(s=4)}))
 
             async with anyio.create_task_group() as tg:
                 for i in range(12):
@@ -84,7 +84,7 @@ def test_a_flooding_session_does_not_hold_back_another(srv: Uvicorn) -> None:
             flood: list[Any] = []
 
             async def long(c: Client) -> None:
-                flood.append(await c.call_tool("run_command", {"command": STAMPED.format(s=2)}))
+                flood.append(await c.call_tool("run_command", {"command": STAMPED.format(s=4)}))
 
             async with anyio.create_task_group() as tg:
                 for _ in range(8):
