@@ -1,4 +1,4 @@
-"""Helpers of bench/mcp.py: the HTTP server under test and its CPU time."""
+"""Helpers of bench/mcp.py: the servers under test, their CPU time, their exit."""
 
 from __future__ import annotations
 
@@ -37,3 +37,27 @@ def start_uvicorn(env: dict[str, str], root: str) -> tuple[subprocess.Popen[byte
                 raise RuntimeError("the MCP HTTP server exited at start") from None
             time.sleep(0.1)
     return proc, base + "/mcp"
+
+
+def _live_children() -> list[int]:
+    pids: list[int] = []
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/children") as fh:
+            pids += [int(p) for p in fh.read().split()]
+    live = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    live.append(pid)
+        except FileNotFoundError:
+            pass
+    return live
+
+
+def wait_children(timeout: float = 60) -> None:
+    """Wait for the servers this process spawned to finish their own cleanup (a STDIO
+    server goes on after its client has closed it: it destroys its sandboxes first)."""
+    deadline = time.monotonic() + timeout
+    while _live_children() and time.monotonic() < deadline:
+        time.sleep(0.2)

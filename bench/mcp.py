@@ -26,6 +26,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 sys.path.append(_HERE)
 
 import argparse  # noqa: E402
+import atexit  # noqa: E402
 import contextlib  # noqa: E402
 import json  # noqa: E402
 import shutil  # noqa: E402
@@ -37,7 +38,7 @@ from typing import Any  # noqa: E402
 import anyio  # noqa: E402
 import httpx2 as httpx  # noqa: E402
 from _common import fmt_ms, percentile, progress, table  # noqa: E402
-from _mcp_http import cpu_ms, start_uvicorn  # noqa: E402
+from _mcp_http import cpu_ms, start_uvicorn, wait_children  # noqa: E402
 from mcp import Client  # noqa: E402
 from mcp.client.stdio import StdioServerParameters  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
@@ -186,6 +187,7 @@ def main() -> int:
         if not opts.skip_stdio:
             progress(f"stdio: {opts.iterations} x run_command true")
             stdio = anyio.run(bench_stdio, env, root, opts.iterations)
+            wait_children()
             results.update(stdio_p50=stdio["p50"], stdio_errors=stdio["first_error"])
         progress(f"http: {SLEEP_CALLS} x sleep 1 over {SLEEP_SESSIONS} sessions, then "
                  f"{opts.concurrency} concurrent run_command true over {opts.sessions}")
@@ -204,7 +206,12 @@ def main() -> int:
             engine.kill(info.sandbox_id, delete_volume=True)
         for vol in engine.list_volumes():
             engine.delete_volume(vol.volume_id)
-        engine.release_host_mounts()
+        # Closed now, not at exit: its close releases host mounts, which remakes a lock
+        # file in the data dir after we removed it.
+        engine.close()
+        atexit.unregister(engine.close)
+        shutil.rmtree(data_dir, ignore_errors=True)
+        time.sleep(2)  # a server's last engine close can remake that lock just after
         shutil.rmtree(data_dir, ignore_errors=True)
     results["load_before"], results["load_after"] = load, os.getloadavg()[0]
     if opts.json:
