@@ -151,6 +151,10 @@ class Settings(BaseSettings):
     mcp_max_concurrency: int = _var(
         "ABX_MCP_MAX_CONCURRENCY", "MCP tool calls at once before `busy` (with "
         "`retry_after`).", default=32, gt=0)
+    mcp_session_concurrency: int = _var(
+        "ABX_MCP_SESSION_CONCURRENCY", "MCP tool calls one HTTP session runs at once; its "
+        "further calls wait their turn, so one client cannot take every slot.", default=8,
+        gt=0)
     mcp_audit_log: Path | None = _var(
         "ABX_MCP_AUDIT_LOG", "The MCP server's JSON-lines audit log; empty: no audit log.",
         shown_default="`~/.abx/run/audit.log`",

@@ -20,22 +20,17 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 
 from agent_sandbox.agent.audit import AuditLog
 from agent_sandbox.agent.config import AgentConfig
+from agent_sandbox.agent.fairness import RETRY_AFTER_S, CallGate, ServerBusy
 from agent_sandbox.agent.identity import INSTRUCTIONS, SERVER_NAME, version
 from agent_sandbox.agent.progress import ProgressStreamer
 from agent_sandbox.agent.request_guard import make_request_guard
 from agent_sandbox.agent.sessions import SessionRegistry, SessionState
 from agent_sandbox.agent.tool_results import OUTPUT_SCHEMAS
 from agent_sandbox.agent.tools import CallContext, ToolOutput, ToolSpec, resolve_allowlist
-from agent_sandbox.errors import (
-    NotFoundError,
-    ResourceExhaustedError,
-    SandboxError,
-    WrongStateError,
-)
+from agent_sandbox.errors import NotFoundError, SandboxError, WrongStateError
 
 log = logging.getLogger("agent_sandbox.agent")
 
-RETRY_AFTER_S = 1.0
 
 
 class AgentRuntime:
@@ -48,9 +43,13 @@ class AgentRuntime:
         self.transport = transport
         self.audit = audit
         self.sessions = SessionRegistry(transport)
-        self.in_flight = 0
+        self.gate = CallGate.for_server(config, transport)  # caps, per-session shares
         self.started = time.time()
         self.last_tool: dict[str, Any] | None = None
+
+    @property
+    def in_flight(self) -> int:
+        return self.gate.running
 
 
 class AgentServer(Server[Any]):
@@ -166,20 +165,12 @@ async def _call_tool(runtime: AgentRuntime, ctx: ServerRequestContext[Any, Any],
         if spec is None:
             raise NotFoundError(f"unknown tool {params.name!r}; available tools: "
                                 f"{', '.join(runtime.tools)}")
-        if runtime.in_flight >= runtime.config.max_concurrency:
-            status = "busy"
-            raise ResourceExhaustedError(
-                f"server busy: {runtime.config.max_concurrency} tool calls already running; "
-                f"retry after {RETRY_AFTER_S:g} s", details={"retry_after": RETRY_AFTER_S})
-        runtime.in_flight += 1
-        try:
+        async with runtime.gate.admit(session.session_id):
             out = await _run(spec, call, args, ctx)
-        finally:
-            runtime.in_flight -= 1
         result = _result(out)
         result.model_dump_json(by_alias=True)  # a result that cannot go on the wire is a bug
     except SandboxError as exc:
-        status = "busy" if status == "busy" else "error"
+        status = "busy" if isinstance(exc, ServerBusy) else "error"
         code = exc.code
         result = error_result(exc)
     except Exception:  # noqa: BLE001 - a bug must still answer the model (no traceback)

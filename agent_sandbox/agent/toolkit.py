@@ -4,7 +4,6 @@ helpers (the session's default sandbox, output budgets).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +15,7 @@ from agent_sandbox.agent.sessions import SessionState
 from agent_sandbox.errors import NotFoundError, RuntimeUnavailableError, WrongStateError
 from agent_sandbox.models import SandboxInfo
 from agent_sandbox.sdk import AsyncSandbox
+from agent_sandbox.sdk.twin import in_thread
 
 ProgressSink = Callable[[str, str], None]  # (stream name, text); thread-safe, non-blocking
 
@@ -79,7 +79,7 @@ async def _built_templates() -> dict[str, bool]:
     """The templates this host has now (name: has a kernel)."""
     from agent_sandbox.providers.select import default_provider
 
-    templates = await asyncio.to_thread(default_provider().list_templates)
+    templates = await in_thread(default_provider().list_templates)
     return {t.name: t.has_kernel for t in templates}
 
 

@@ -16,6 +16,7 @@ from agent_sandbox.models import (
 from agent_sandbox.sdk.async_sandbox import AsyncSandbox
 from agent_sandbox.sdk.commands import CommandHandle
 from agent_sandbox.sdk.sandbox import Sandbox
+from agent_sandbox.sdk.twin import max_threads, set_max_threads
 
 __all__ = [
     "AsyncSandbox",
@@ -32,4 +33,6 @@ __all__ = [
     "Sandbox",
     "SandboxInfo",
     "TemplateInfo",
+    "max_threads",
+    "set_max_threads",
 ]
