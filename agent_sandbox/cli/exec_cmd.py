@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import stat
 import sys
 from collections.abc import Iterator
 from typing import Annotated, Any
@@ -81,11 +82,24 @@ def stdin_stream(fd: int = 0) -> Iterator[bytes]:
         yield data
 
 
-def _piped_stdin() -> Iterator[bytes] | None:
+def _piped_stdin() -> Iterator[bytes] | bytes | None:
+    """Nothing for a terminal or /dev/null; a small file whole (one request through a
+    gateway); anything else (a pipe, a big file) as a stream."""
     try:
-        return None if os.isatty(0) else stdin_stream(0)
-    except OSError:  # no fd 0 at all
+        if os.isatty(0):
+            return None
+        st = os.fstat(0)
+        if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.stat(os.devnull).st_rdev:
+            return None
+        if stat.S_ISREG(st.st_mode) and st.st_size - os.lseek(0, 0, os.SEEK_CUR) <= _READ:
+            return os.read(0, _READ + 1)
+    except OSError:  # no fd 0 at all, or not seekable after all
+        pass
+    try:
+        os.fstat(0)
+    except OSError:
         return None
+    return stdin_stream(0)
 
 
 def _writer(stream: Any) -> Any:
