@@ -52,7 +52,7 @@ def op_tar_out(conn: Conn, req: Req) -> None:
     sent = 0
     try:
         notes = dir_pack.Notes()
-        for piece in dir_pack.pack(fd, notes):
+        for piece in dir_pack.pack(fd, notes, one_fs=True):  # no /proc, /sys, /dev
             for start in range(0, len(piece), proto.CHUNK):
                 conn.send({"chunk": True}, piece[start:start + proto.CHUNK])
             sent += len(piece)

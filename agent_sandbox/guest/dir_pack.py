@@ -7,7 +7,9 @@ with ``O_NOFOLLOW``: a symlink is sent as a link, never followed, whatever is sw
 while the walk runs. Only directories, regular files and symlinks are sent; anything
 else (sockets, fifos, devices) is skipped with a note, and the notes travel at the end
 of the stream (a pax record ``ABX.skipped`` on a final ``./`` entry), so the receiver
-reports them with its own. Hard links are sent as separate copies.
+reports them with its own. Hard links are sent as separate copies. The guest stays on
+the directory's file system (``one_fs``): /proc, /sys, /dev or a volume below it are
+skipped with a note, as ``tar --one-file-system`` does.
 
 Headers are ``tarfile.TarInfo.tobuf`` in pax format (any name length, any size, names
 that are not UTF-8 kept byte for byte); the stream is a generator so a caller can pull
@@ -22,7 +24,7 @@ import stat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~5 ms of the guest's startup
-    from typing import Iterator, List
+    from typing import Iterator, List, Optional
 
 CHUNK = 1 << 20  # bytes per piece of the stream (the guest's frame payload size)
 BLOCK = 512
@@ -124,13 +126,15 @@ class _Out:
             self.buf.clear()
 
 
-def pack(root_fd: int, notes: Notes) -> Iterator[bytes]:
+def pack(root_fd: int, notes: Notes, one_fs: bool = False) -> Iterator[bytes]:
     """The tree under the directory ``root_fd`` (not closed here) as tar chunks, member
     names relative to it; the root itself is not a member. Skipped entries go to
-    ``notes`` and into the stream's trailer."""
+    ``notes`` and into the stream's trailer. ``one_fs``: directories of other file systems
+    (mount points: /proc, /sys, a volume) are skipped, as ``tar --one-file-system``."""
     out = _Out()
     fd = os.dup(root_fd)
-    yield from _walk(out, fd, "", 0, notes)  # _walk closes fd
+    dev = os.fstat(fd).st_dev if one_fs else None
+    yield from _walk(out, fd, "", 0, notes, dev)  # _walk closes fd
     if notes.items:
         pax = {TRAILER_KEY: json.dumps(notes.as_list())}
         yield from out.add(_header("./", b"5", None, pax=pax))  # type: ignore[arg-type]
@@ -140,7 +144,8 @@ def pack(root_fd: int, notes: Notes) -> Iterator[bytes]:
     yield from out.flush()
 
 
-def _walk(out: _Out, fd: int, prefix: str, depth: int, notes: Notes) -> Iterator[bytes]:
+def _walk(out: _Out, fd: int, prefix: str, depth: int, notes: Notes,
+          dev: Optional[int]) -> Iterator[bytes]:
     try:
         try:
             names = sorted(os.listdir(fd))
@@ -162,13 +167,16 @@ def _walk(out: _Out, fd: int, prefix: str, depth: int, notes: Notes) -> Iterator
                 if depth >= MAX_DEPTH:
                     notes.add(f"{shown(rel)}: more than {MAX_DEPTH} directories deep; skipped")
                     continue
+                if dev is not None and st.st_dev != dev:
+                    notes.add(f"{shown(rel)}: another file system (a mount point); skipped")
+                    continue
                 try:
                     sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:
                     notes.add(f"{shown(rel)}: cannot be opened ({exc.strerror}); skipped")
                     continue
                 yield from out.add(_header(rel, b"5", os.fstat(sub)))
-                yield from _walk(out, sub, rel + "/", depth + 1, notes)
+                yield from _walk(out, sub, rel + "/", depth + 1, notes, dev)
             else:
                 notes.add(f"{shown(rel)}: {_kind(mode)}; skipped (only files, directories "
                           "and symlinks are copied)")

@@ -106,6 +106,14 @@ def test_download_keeps_what_the_sandbox_planted_inside(sandbox: Sandbox,
     assert "\x1b" not in notes  # a sandbox's names never reach a terminal raw
 
 
+def test_a_download_stays_on_one_file_system(sandbox: Sandbox, tmp_path: Path) -> None:
+    result = sandbox.files.download_dir("/dev", tmp_path / "dev")
+    notes = "\n".join(result.skipped)
+    assert "shm: another file system (a mount point); skipped" in notes
+    assert "pts: another file system" in notes and "null: a character device" in notes
+    assert not (tmp_path / "dev" / "shm").exists()
+
+
 def test_an_endless_sparse_file_stops_at_max_bytes(sandbox: Sandbox, tmp_path: Path) -> None:
     sandbox.commands.run("mkdir -p /workspace/s && truncate -s 100G /workspace/s/sparse")
     with pytest.raises(InvalidArgumentError, match="larger than max_bytes=33554432"):
