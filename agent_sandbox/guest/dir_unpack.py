@@ -65,9 +65,12 @@ class _Member(tarfile.TarInfo):
                              tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK):
             return super()._proc_member(tar)
         chain = getattr(tar, "abx_chain", 0) + 1
-        if self.size > MAX_HEADER or chain > MAX_CHAIN:
-            raise ArchiveError(f"the archive has an extended header of {self.size} bytes or "
-                               f"{chain} in a row (at most {MAX_HEADER} and {MAX_CHAIN})")
+        if self.size > MAX_HEADER:
+            raise ArchiveError(f"the archive has an extended header of {self.size} bytes "
+                               f"(at most {MAX_HEADER})")
+        if chain > MAX_CHAIN:
+            raise ArchiveError(f"the archive has {chain} extended headers in a row (at most "
+                               f"{MAX_CHAIN})")
         tar.abx_chain = chain
         try:
             return super()._proc_member(tar)
