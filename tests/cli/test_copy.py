@@ -7,23 +7,25 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import Abx, Result
+
+from agent_sandbox import Sandbox
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def sid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    home = tmp_path_factory.mktemp("home")
-    abx = Abx(home, home)
-    sandbox = abx("sandbox", "create", "--json", timeout=120).json()["sandbox_id"]
-    yield sandbox
-    abx("sandbox", "kill", sandbox, "--delete-volume", check=None)
+def sid() -> Iterator[str]:
+    """One sandbox for the module; the CLI finds it on this host's engine (the session's
+    data dir). No ``from conftest import``: the name is taken when tests/server runs too."""
+    sandbox = Sandbox.create()
+    yield sandbox.sandbox_id
+    sandbox.kill(delete_volume=True)
 
 
-def _clean(r: Result) -> Result:
+def _clean(r: Any) -> Any:
     assert "Traceback" not in r.err, r.err
     return r
 
@@ -37,7 +39,7 @@ def _proj(root: Path) -> Path:
     return proj
 
 
-def test_directories_go_in_and_out(abx: Abx, sid: str) -> None:
+def test_directories_go_in_and_out(abx: Any, sid: str) -> None:
     _proj(abx.cwd)
     # Today: "proj is not a file". An existing directory receives it under its name.
     r = _clean(abx("sandbox", "upload", sid, "proj", "/workspace/"))
@@ -65,7 +67,7 @@ def test_directories_go_in_and_out(abx: Abx, sid: str) -> None:
     assert out["files"] == 2 and out["symlinks"] == 1 and out["skipped"] == []
 
 
-def test_files_go_where_cp_puts_them(abx: Abx, sid: str) -> None:
+def test_files_go_where_cp_puts_them(abx: Any, sid: str) -> None:
     abx("sandbox", "exec", sid, "printf 'x,y\\n' > /workspace/data.csv")
     # Today: "PosixPath('.') has an empty name".
     r = _clean(abx("sandbox", "download", sid, "/workspace/data.csv", "."))
@@ -99,7 +101,7 @@ def test_files_go_where_cp_puts_them(abx: Abx, sid: str) -> None:
     (["upload", "{sid}", "afile", "/workspace/nodir/"], 2, "is not a directory"),
     (["download", "{sid}", "/workspace", "afile"], 2, "onto the file"),
 ])
-def test_wrong_destinations_say_what_to_do(abx: Abx, sid: str, args: list[str], code: int,
+def test_wrong_destinations_say_what_to_do(abx: Any, sid: str, args: list[str], code: int,
                                            message: str) -> None:
     abx("sandbox", "exec", sid, "printf 1 > /workspace/data.csv")
     (abx.cwd / "adir").mkdir()
@@ -108,7 +110,7 @@ def test_wrong_destinations_say_what_to_do(abx: Abx, sid: str, args: list[str], 
     assert message in r.err and r.err.startswith("error: ")
 
 
-def test_what_a_sandbox_planted_is_reported_safely(abx: Abx, sid: str) -> None:
+def test_what_a_sandbox_planted_is_reported_safely(abx: Any, sid: str) -> None:
     abx("sandbox", "exec", sid, "mkdir -p /workspace/evil && cd /workspace/evil && "
         "ln -sf /etc escape && printf x > \"$(printf 'bad\\033]0;pwned\\007')\" && "
         "ln -sf /etc \"$(printf 'esc\\033[2J')\"")
