@@ -106,6 +106,17 @@ class EntryInfo(BaseModel):
     symlink_target: str | None = None
 
 
+class DirTransfer(BaseModel):
+    """What ``files.upload_dir`` or ``files.download_dir`` copied, and what it left out."""
+
+    files: int = 0
+    dirs: int = 0
+    symlinks: int = 0
+    size: int = Field(0, description="bytes of file data written")
+    skipped: list[str] = Field([], description="entries left out, each with the reason "
+                               "(absolute or '..' names, through a symlink, sockets...)")
+
+
 class TemplateInfo(BaseModel):
     name: str
     kind: str

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
+from agent_sandbox.cli import copy_cmd
 from agent_sandbox.cli.exec_cmd import EPILOG, ExecCommand, exec_
 from agent_sandbox.cli.info_view import ago, info_table
 from agent_sandbox.cli.output import CliError, console, print_json, want_json
@@ -143,51 +143,14 @@ def _write(stream: Any) -> Any:
     return write
 
 
-@app.command(epilog="Example: abx sandbox upload sb-1234 ./data.csv /workspace/data.csv")
-def upload(sandbox_id: IdArg,
-           local: Annotated[Path, typer.Argument(help="Local file ('-' for stdin).")],
-           remote: Annotated[str, typer.Argument(help="Path inside the sandbox.")],
-           mode: Annotated[str, typer.Option(help="Octal permissions.")] = "0644") -> None:
-    """Copy a local file into a sandbox (streamed; parent directories are made)."""
-    try:
-        perms = int(mode, 8)
-    except ValueError:
-        raise CliError(f"--mode must be octal like 0644, got {mode!r}", 2) from None
-    sb = _sandbox(sandbox_id)
-    if str(local) == "-":
-        size = sb.files.write(remote, sys.stdin.buffer, mode=perms)
-    else:
-        if not local.is_file():
-            raise CliError(f"{local} is not a file", 2)
-        with local.open("rb") as fh:
-            size = sb.files.write(remote, fh, mode=perms)
-    console.print(f"uploaded {size} bytes to {sandbox_id}:{remote}")
-
-
-@app.command(epilog="Example: abx sandbox download sb-1234 /workspace/out.txt ./out.txt")
-def download(sandbox_id: IdArg,
-             remote: Annotated[str, typer.Argument(help="Path inside the sandbox.")],
-             local: Annotated[Path, typer.Argument(help="Local file ('-' for stdout).")]
-             ) -> None:
-    """Copy a file out of a sandbox (streamed)."""
-    sb = _sandbox(sandbox_id)
-    chunks = sb.files.read(remote, format="stream")
-    if str(local) == "-":
-        for chunk in chunks:
-            sys.stdout.buffer.write(chunk)
-        sys.stdout.flush()
-        return
-    tmp = local.with_name(f".{local.name}.abx-part")
-    size = 0
-    try:
-        with tmp.open("wb") as fh:
-            for chunk in chunks:
-                fh.write(chunk)
-                size += len(chunk)
-        tmp.replace(local)
-    finally:
-        tmp.unlink(missing_ok=True)
-    console.print(f"downloaded {size} bytes to {local}")
+app.command(epilog="Examples:\n\n  abx sandbox upload sb-1234 ./data.csv /workspace/\n\n"
+                    "  abx sandbox upload sb-1234 ./proj /workspace/proj\n\n"
+                    "  abx sandbox upload sb-1234 . /workspace/proj   (the contents of .)"
+            )(copy_cmd.upload)
+app.command(epilog="Examples:\n\n  abx sandbox download sb-1234 /workspace/out.csv .\n\n"
+                   "  abx sandbox download sb-1234 /workspace/results ./results\n\n"
+                   "  abx sandbox download sb-1234 /workspace/log.txt - | tail"
+            )(copy_cmd.download)
 
 
 def _lifecycle(sandbox_id: str, action: str, json_out: bool, **kw: Any) -> None:

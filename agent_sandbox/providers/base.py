@@ -14,6 +14,7 @@ from typing import IO, Any, Protocol, runtime_checkable
 from agent_sandbox.models import (
     CodeContext,
     CommandResult,
+    DirTransfer,
     EntryInfo,
     Execution,
     ProcessInfo,
@@ -95,6 +96,15 @@ class Provider(Protocol):
     def make_dir(self, sandbox_id: str, path: str) -> None: ...
     def remove(self, sandbox_id: str, path: str) -> None: ...
     def rename(self, sandbox_id: str, src: str, dst: str) -> None: ...
+
+    def read_dir_archive(self, sandbox_id: str, path: str) -> Iterator[bytes]:
+        """A directory as tar chunks, made in the sandbox: hostile (``files.download_dir``
+        extracts them with ``guest.dir_unpack``)."""
+        ...
+    def write_dir_archive(self, sandbox_id: str, path: str,
+                          data: Iterable[bytes] | IO[bytes]) -> DirTransfer:
+        """Extract a tar stream into a directory of the sandbox (made if missing)."""
+        ...
 
     # templates and volumes
     def list_templates(self) -> list[TemplateInfo]: ...

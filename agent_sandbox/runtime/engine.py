@@ -23,6 +23,7 @@ from agent_sandbox.runtime import code_template, recovery, supervisor, validate
 from agent_sandbox.runtime.activity import Activity
 from agent_sandbox.runtime.boot import GUEST_DIR
 from agent_sandbox.runtime.config import EngineConfig, Limits
+from agent_sandbox.runtime.guest_dirs import DirOps
 from agent_sandbox.runtime.guest_ops import GuestOps
 from agent_sandbox.runtime.host_mode import HostMode, select_host_mode
 from agent_sandbox.runtime.pool import WarmPool, new_id
@@ -34,7 +35,7 @@ from agent_sandbox.runtime.store import SandboxRow, SandboxState, Store
 from agent_sandbox.runtime.templates import Template, TemplateStore
 
 
-class Engine(GuestOps):
+class Engine(GuestOps, DirOps):
     def __init__(self, config: EngineConfig | None = None, *, reaper: bool = True) -> None:
         self.config = config or EngineConfig()
         self.mode: HostMode = select_host_mode(self.config)

@@ -297,6 +297,34 @@ class GuestClient:
         finally:
             conn.close()
 
+    def read_tar(self, path: str) -> ReadStream:
+        """Stream the directory ``path`` as a tar archive, in chunks (made by the guest's
+        ``dir_pack``: hostile data, to be read with ``dir_unpack``). Errors such as
+        not_found are raised here, at call time."""
+        conn = self._open({"op": "tar_out", "path": path}, None)
+        try:
+            first = conn.recv()
+        except BaseException:
+            conn.close()
+            raise
+        return ReadStream(conn, first)
+
+    def write_tar(self, path: str, data: Iterable[bytes] | BinaryIO) -> dict[str, Any]:
+        """Extract a tar stream into the directory ``path`` (made if missing); returns the
+        guest's summary (counts and skipped entries), unchecked."""
+        conn = self._open({"op": "tar_in", "path": path}, None)
+        try:
+            conn.recv()  # "ready": the directory is there before we send the archive
+            try:
+                for chunk in payload_chunks(data):
+                    conn.send({}, chunk)
+                conn.send({"eof": True})
+            except GuestUnavailableError as exc:
+                conn.recv_after_send_failure(exc)
+            return conn.final()
+        finally:
+            conn.close()
+
     def list(self, path: str, depth: int = 1) -> list[dict[str, Any]]:
         return field(self._call({"op": "list", "path": path, "depth": depth}), "entries", list)
 

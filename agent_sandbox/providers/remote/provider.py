@@ -20,6 +20,7 @@ from agent_sandbox.models import (
     CodeContext,
     CommandResult,
     CreateOptions,
+    DirTransfer,
     EntryInfo,
     Execution,
     ProcessInfo,
@@ -319,6 +320,20 @@ class RemoteProvider:
     def rename(self, sandbox_id: str, src: str, dst: str) -> None:
         self._call("POST", self._sb(sandbox_id, "/files/rename"),
                    json={"src": src, "dst": dst}, replayable=False)
+
+    def read_dir_archive(self, sandbox_id: str, path: str) -> Iterator[bytes]:
+        # Opened now, so a missing directory raises here, as it does locally.
+        response = self._http.open_stream("GET", self._sb(sandbox_id, "/files/archive"),
+                                          params={"path": path})
+        return iter_bytes(response)
+
+    def write_dir_archive(self, sandbox_id: str, path: str,
+                          data: Iterable[bytes] | IO[bytes]) -> DirTransfer:
+        content = _body_chunks(data)
+        return DirTransfer(**self._call("PUT", self._sb(sandbox_id, "/files/archive"),
+                                        params={"path": path}, content=content,
+                                        replayable=isinstance(content, bytes),
+                                        headers={"Content-Type": "application/x-tar"}))
 
     # templates and volumes --------------------------------------------------------------
     def list_templates(self) -> list[TemplateInfo]:

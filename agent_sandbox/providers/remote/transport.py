@@ -190,8 +190,14 @@ def _cut(response: httpx.Response) -> None:
 
 
 def iter_bytes(response: httpx.Response, chunk_size: int = 1 << 20) -> Iterator[bytes]:
-    """A response body as chunks; the connection goes back to the pool at the end."""
+    """A response body as chunks; the connection goes back to the pool at the end. A
+    body cut off midway (the sandbox or the gateway failed after the status went out) is
+    a SandboxError, not the HTTP library's."""
     try:
         yield from response.iter_bytes(chunk_size)
+    except httpx.HTTPError as exc:
+        raise SandboxError(f"the download from {response.request.url.path} broke off "
+                           f"before its end ({type(exc).__name__}: {exc}); the gateway's "
+                           "log says why") from exc
     finally:
         response.close()
