@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))
-from _mcp_http import cpu_ms  # noqa: E402
+from _mcp_http import cpu_split_ms  # noqa: E402
 
 PROTOCOL = "2025-06-18"
 
@@ -148,15 +148,18 @@ async def main(opts: argparse.Namespace) -> dict[str, Any]:
             next_id += 1
         samples: list[float] = []
         errors: list[str] = []
-        cpu, mine = cpu_ms(opts.pid), time.process_time()
+        (user, system), mine = cpu_split_ms(opts.pid), time.process_time()
         began = time.perf_counter()
         await asyncio.gather(*(_one(c, r, samples, errors)
                                for c, r in zip(conns, raws, strict=True)))
         wall = (time.perf_counter() - began) * 1000
+        user_after, system_after = cpu_split_ms(opts.pid)
+        n = opts.concurrency
         runs.append({"samples": samples, "errors": len(errors),
                      "first": errors[0] if errors else None, "wall": wall,
-                     "cpu": (cpu_ms(opts.pid) - cpu) / opts.concurrency,
-                     "client_cpu": (time.process_time() - mine) * 1000 / opts.concurrency})
+                     "cpu": (user_after + system_after - user - system) / n,
+                     "sys_cpu": (system_after - system) / n,
+                     "client_cpu": (time.process_time() - mine) * 1000 / n})
         await asyncio.sleep(0.5)  # let the server settle between bursts
     for conn in conns:
         conn.close()

@@ -177,7 +177,9 @@ def bench_lean(url: str, pid: int, opts: argparse.Namespace) -> dict[str, Any]:
     runs = json.loads(done.stdout)["runs"]
     for r in runs:
         r["p50"], r["p99"] = percentile(r["samples"], 50), percentile(r["samples"], 99)
-    return _medians("lean", runs)
+    out = _medians("lean", runs)
+    out["lean_sys_cpu"] = statistics.median(r["sys_cpu"] for r in runs)
+    return out
 
 
 def _row(name: str, key: str, value: float, unit: str = "ms") -> list[str]:
@@ -270,6 +272,8 @@ def main() -> int:
             _row("  ... p99", f"{prefix}_p99", results[f"{prefix}_p99"]),
             _row("  ... errors", f"{prefix}_errors", results[f"{prefix}_errors"], unit="n"),
             _row("  ... server CPU/call", f"{prefix}_cpu", results[f"{prefix}_cpu"]),
+            *([_row("  ... of which system (kernel) CPU", "lean_sys_cpu",
+                    results["lean_sys_cpu"])] if prefix == "lean" else []),
             _row("  ... wall (all calls)", f"{prefix}_wall", results[f"{prefix}_wall"]),
             _row("  ... client CPU/call", f"{prefix}_client_cpu",
                  results[f"{prefix}_client_cpu"]),
