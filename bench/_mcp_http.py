@@ -13,9 +13,15 @@ import httpx2 as httpx
 
 def cpu_ms(pid: int) -> float:
     """User + system CPU time the process (all its threads) has used so far."""
+    return sum(cpu_split_ms(pid))
+
+
+def cpu_split_ms(pid: int) -> tuple[float, float]:
+    """User and system CPU time the process (all its threads) has used so far."""
     with open(f"/proc/{pid}/stat") as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) * 1000 / tick, int(fields[12]) * 1000 / tick
 
 
 def start_uvicorn(env: dict[str, str], root: str) -> tuple[subprocess.Popen[bytes], str]:

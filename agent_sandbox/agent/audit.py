@@ -50,6 +50,11 @@ class AuditLog:
         os.replace(self.path, f"{self.path}.1")
         self._open()
 
+    @property
+    def enabled(self) -> bool:
+        """Whether records are written (no log configured: ``record`` does nothing)."""
+        return self._fd is not None
+
     def record(self, **fields: Any) -> None:
         if self._fd is None:
             return

@@ -7,10 +7,12 @@ process (STDIO, where ``session_key`` is fixed).
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import os
+import secrets
 import time
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,7 +32,20 @@ from agent_sandbox.agent.tools import CallContext, ToolOutput, ToolSpec, resolve
 from agent_sandbox.errors import NotFoundError, SandboxError, WrongStateError
 
 log = logging.getLogger("agent_sandbox.agent")
+# Trace ids: unique without a getrandom() call per tool call (a random per-process prefix,
+# then a counter); 32 hex digits like uuid4().hex.
+_trace = [secrets.token_hex(8), itertools.count()]
 
+
+def _new_trace_prefix() -> None:
+    _trace[:] = [secrets.token_hex(8), itertools.count()]
+
+
+os.register_at_fork(after_in_child=_new_trace_prefix)  # a forked worker never repeats ids
+
+
+def new_trace_id() -> str:
+    return f"{_trace[0]}{next(_trace[1]):016x}"  # type: ignore[call-overload]
 
 
 class AgentRuntime:
@@ -150,7 +165,7 @@ def create_mcp_app(template: str | None = None, tools: str | Sequence[str] | Non
 async def _call_tool(runtime: AgentRuntime, ctx: ServerRequestContext[Any, Any],
                      params: types.CallToolRequestParams) -> types.CallToolResult:
     started = time.monotonic()
-    call_id = uuid.uuid4().hex
+    call_id = new_trace_id()
     args = params.arguments or {}
     spec = runtime.tools.get(params.name)
     out: ToolOutput | None = None
@@ -183,6 +198,8 @@ async def _call_tool(runtime: AgentRuntime, ctx: ServerRequestContext[Any, Any],
     name = params.name[:200]
     runtime.last_tool = {"name": name, "status": status, "at": time.time(),
                          "duration_ms": duration}
+    if not runtime.audit.enabled:
+        return result  # nothing to record: skip measuring the input and output
     text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
     runtime.audit.record(
         trace_id=call_id, session_id=session.session_id if session else None,

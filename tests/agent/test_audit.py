@@ -18,7 +18,9 @@ def test_lines_are_private_json_and_rotate(tmp_path: Path, monkeypatch: pytest.M
     log = AuditLog(path)
     for i in range(60):
         log.record(trace_id=f"t{i}", tool="run_command", status="ok", input_bytes=i)
+    assert log.enabled
     log.close()
+    assert not log.enabled
     log.record(trace_id="after-close")  # ignored, not an error
     files = sorted(tmp_path.joinpath("run").iterdir())
     assert [f.name for f in files] == ["audit.log"] + [f"audit.log.{n}" for n in range(1, 6)]
@@ -34,6 +36,28 @@ def test_lines_are_private_json_and_rotate(tmp_path: Path, monkeypatch: pytest.M
 
 def test_no_path_means_no_audit(tmp_path: Path) -> None:
     log = AuditLog(None)
+    assert not log.enabled
     log.record(trace_id="x")
     log.close()
     assert not list(tmp_path.iterdir())
+
+
+def test_trace_ids_are_unique_hex_and_a_forked_child_makes_its_own() -> None:
+    import os
+
+    from agent_sandbox.agent.server import new_trace_id
+
+    ids = [new_trace_id() for _ in range(1000)]
+    assert len(set(ids)) == 1000
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: same counter position, but a new prefix
+        os.write(write, new_trace_id().encode())
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    mine = new_trace_id()
+    assert len(child) == 32 and child[:16] != mine[:16]
