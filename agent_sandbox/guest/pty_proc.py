@@ -25,13 +25,14 @@ else:  # imported by agent.py from the guest's directory
 class Viewer:
     """Output not yet delivered to one attached client (guarded by the terminal's cond)."""
 
-    __slots__ = ("chunks", "size", "dropped", "cancelled")
+    __slots__ = ("chunks", "size", "dropped", "cancelled", "lagging")
 
     def __init__(self) -> None:
         self.chunks: Deque[bytes] = deque()
         self.size = 0
         self.dropped = False
         self.cancelled = False
+        self.lagging = False  # waited for once already: not again until it catches up
 
     def push(self, data: bytes) -> None:
         self.chunks.append(data)
@@ -44,7 +45,11 @@ class Viewer:
         data = b"".join(self.chunks)
         self.chunks.clear()
         self.size = 0
+        self.lagging = False
         return data
+
+    def behind(self) -> bool:
+        return self.size >= PTY_BACKLOG // 2 and not (self.cancelled or self.lagging)
 
 
 def _winsize(cols: int, rows: int) -> bytes:
@@ -127,13 +132,15 @@ class PtyProc:
             self.cond.notify_all()
 
     def _throttle(self) -> None:
-        """Let a client that is behind catch up for a while before its output is dropped:
-        the program then waits on its terminal, as it would on a slow real one."""
+        """Let a client that is behind catch up for a while before its oldest output is
+        dropped: the program waits on its terminal meanwhile, as on a slow real one."""
         with self.cond:
             deadline = time.monotonic() + PTY_STALL
-            while any(v.size >= PTY_BACKLOG // 2 and not v.cancelled for v in self.viewers):
+            while any(v.behind() for v in self.viewers) and self.exit_code is None:
                 left = deadline - time.monotonic()
-                if left <= 0 or self.exit_code is not None:
+                if left <= 0:
+                    for viewer in self.viewers:
+                        viewer.lagging = viewer.lagging or viewer.behind()
                     return
                 self.cond.wait(left)
 

@@ -9,6 +9,7 @@ gets ``{"pid": N}``; then binary messages are output one way and keystrokes the 
 
 from __future__ import annotations
 
+import inspect
 import json
 import socket
 import ssl
@@ -93,6 +94,8 @@ def open_remote_pty(http: Transport, path: str, first: dict[str, Any],
     headers = {k: v for k, v in http.client.headers.items()
                if k.lower() in ("authorization", "user-agent")}
     kw: dict[str, Any] = {"ssl": ssl.create_default_context()} if secure else {}
+    if "legacy" in inspect.signature(client.connect).parameters:
+        kw["legacy"] = True  # websockets >= 16: a plain connection, not a reconnecting one
     try:
         ws = client.connect(base + path, sock=sock, additional_headers=headers,
                             compression=None, max_size=MAX_MESSAGE, open_timeout=START_TIMEOUT,

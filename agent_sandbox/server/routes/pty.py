@@ -30,7 +30,7 @@ from agent_sandbox.server.schemas import Killed, KillProcess
 
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["terminals"])
 FIRST_TIMEOUT = 30.0  # for the client's first message
-QUEUE = 64  # messages on their way to a client before the terminal's output waits
+QUEUE = 16  # messages on their way to a client before the terminal's output waits
 _OPEN_KEYS = {"pid", "cols", "rows", "cwd", "envs", "cmd"}
 
 
@@ -61,6 +61,11 @@ class _Outbox:
         self.loop = loop
         self.queue: asyncio.Queue[bytes | dict[str, Any] | None] = asyncio.Queue(QUEUE)
         self.gone = threading.Event()
+        self.opened = threading.Event()  # the answer to the first message is queued
+
+    def put_output(self, data: bytes) -> None:
+        self.opened.wait()
+        self.put(data)
 
     def put(self, item: bytes | dict[str, Any] | None) -> None:
         """From a thread; raises once the client is gone (the terminal then detaches)."""
@@ -129,8 +134,14 @@ async def _open(websocket: WebSocket, state: Any, sandbox_id: str,
         return None
     args = _open_arguments(message)
     pid = args.pop("pid", None)
-    return await anyio.to_thread.run_sync(
-        lambda: state.provider.pty_open(sandbox_id, pid, on_data=outbox.put, **args))
+    try:
+        session: PtySession = await anyio.to_thread.run_sync(
+            lambda: state.provider.pty_open(sandbox_id, pid, on_data=outbox.put_output,
+                                            **args))
+        await outbox.queue.put({"pid": session.pid})  # before any output
+    finally:
+        outbox.opened.set()
+    return session
 
 
 @router.websocket("/pty")
@@ -156,7 +167,6 @@ async def terminal(websocket: WebSocket, sandbox_id: str) -> None:
             error = SandboxError("internal error opening the terminal")
         else:
             if session is not None:
-                await outbox.queue.put({"pid": session.pid})
                 session.on_end(lambda: _final(session, outbox))
                 await _control(websocket, session, state, sandbox_id)
             return
