@@ -85,7 +85,8 @@ class Terminal:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"abx still running; it shows: {self.screen.text()[-800:]!r}")
+            shown = self.screen.text()[-800:]
+            raise AssertionError(f"abx still running; it shows: {shown!r}") from None
 
     def close(self) -> None:
         if self.proc.poll() is None:

@@ -84,6 +84,16 @@ def test_a_real_terminal_with_job_control(client: GuestClient) -> None:
     term.send_input("echo rc=$?\n")
     screen.expect(r"rc=130")
     assert time.monotonic() - started < 10
+    term.send_input("sleep 40\n")
+    time.sleep(0.5)
+    term.send_input(b"\x1a")  # Ctrl-Z: the job stops, the shell takes the terminal back
+    screen.expect(r"Stopped\s+sleep 40")
+    term.send_input("fg\n")
+    screen.expect(r"sleep 40\r\n")
+    time.sleep(0.3)
+    term.send_input(b"\x03")
+    term.send_input("echo rc=$?\n")
+    screen.expect(r"rc=130")
     term.send_input(b"exit 7\n")
     assert term.wait(10) == 7
     assert term.exit_code == 7
