@@ -12,6 +12,7 @@ KILL_GRACE = 10.0  # after a timeout SIGKILL, give up waiting for the exit this 
 DEFAULT_ENV_DROP = ("ABX_GUEST_TOKEN",)
 PTY_LIVE_CAP = 64  # terminals running at once in one sandbox
 PTY_FINISHED_KEPT = 32  # ended terminals kept (recent output, exit code) for late clients
+PTY_VIEWERS_CAP = 16  # clients attached to one terminal at once
 PTY_RING = 256 << 10  # recent output of a terminal replayed to a client that (re)attaches
 PTY_BACKLOG = 1 << 20  # undelivered output per attached client before its oldest is dropped
 PTY_STALL = 2.0  # a terminal's output waits this long for a slow client before dropping

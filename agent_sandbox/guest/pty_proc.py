@@ -17,9 +17,17 @@ if TYPE_CHECKING:  # typing costs ~5 ms of startup; annotations are strings anyw
     from typing import Any, Callable, Deque, Dict, List, Optional
 
 if __package__:
-    from .limits import EXIT_DRAIN, PTY_BACKLOG, PTY_RING, PTY_STALL
+    from .errors import GuestError
+    from .limits import EXIT_DRAIN, PTY_BACKLOG, PTY_RING, PTY_STALL, PTY_VIEWERS_CAP
 else:  # imported by agent.py from the guest's directory
-    from limits import EXIT_DRAIN, PTY_BACKLOG, PTY_RING, PTY_STALL  # type: ignore[no-redef]
+    from errors import GuestError  # type: ignore[no-redef]
+    from limits import (  # type: ignore[no-redef]
+        EXIT_DRAIN,
+        PTY_BACKLOG,
+        PTY_RING,
+        PTY_STALL,
+        PTY_VIEWERS_CAP,
+    )
 
 
 class Viewer:
@@ -106,6 +114,9 @@ class PtyProc:
     def attach(self, replay: bool) -> Viewer:
         viewer = Viewer()
         with self.cond:
+            if len(self.viewers) >= PTY_VIEWERS_CAP:
+                raise GuestError("resource_exhausted", f"{len(self.viewers)} clients are "
+                                 f"attached to terminal {self.pid} (at most {PTY_VIEWERS_CAP})")
             if replay and self.ring:
                 viewer.push(bytes(self.ring))
             self.viewers.append(viewer)

@@ -24,7 +24,7 @@ from agent_sandbox.errors import (
     WrongStateError,
 )
 from agent_sandbox.guest import protocol as proto
-from agent_sandbox.guest.limits import PTY_LIVE_CAP, PTY_RING
+from agent_sandbox.guest.limits import PTY_LIVE_CAP, PTY_RING, PTY_VIEWERS_CAP
 from agent_sandbox.runtime.guest_client import GuestClient
 from agent_sandbox.runtime.guest_pty import GuestPty, open_pty, pty_kill
 
@@ -224,6 +224,17 @@ def test_live_terminals_are_capped(client: GuestClient) -> None:
         assert term.wait(10) == 137
     listed = client._call({"op": "pty_list"})["terminals"]
     assert all(not t["running"] for t in listed)
+
+
+def test_clients_of_one_terminal_are_capped(client: GuestClient) -> None:
+    term = _open(client, argv=["/bin/sleep", "60"])
+    others = [_attach(client, term.pid, Screen()) for _ in range(PTY_VIEWERS_CAP - 1)]
+    with pytest.raises(ResourceExhaustedError, match="clients are attached"):
+        _attach(client, term.pid, Screen())
+    others.pop().close()  # one leaves: another may come
+    others.append(_attach(client, term.pid, Screen()))
+    assert term.kill()
+    assert all(t.wait(10) == 137 for t in [term, *others])
 
 
 def test_frames_stay_within_the_protocol(client: GuestClient) -> None:

@@ -13,8 +13,9 @@ import pytest
 from _gw import Gateway
 from ptyscreen import Screen
 
-from agent_sandbox.errors import NotFoundError, UnauthenticatedError
+from agent_sandbox.errors import NotFoundError, ResourceExhaustedError, UnauthenticatedError
 from agent_sandbox.providers.remote import RemoteProvider
+from agent_sandbox.server.quotas import TERMINALS_PER_KEY
 
 pytestmark = pytest.mark.integration
 websockets_client = pytest.importorskip("websockets.sync.client",
@@ -110,3 +111,26 @@ def test_a_client_that_stops_reading_does_not_grow_the_gateway(gw: Gateway,
         assert other.wait(120) == 0
         screen.expect("DONE")
     assert grown < 100 << 10, f"the gateway grew by {grown >> 10} MiB"
+
+
+def test_attachments_per_key_are_capped(gw: Gateway, sandbox_a: str) -> None:
+    """Each open terminal WebSocket holds gateway resources: one key gets a bounded number
+    (a 429 past it); another key is not affected."""
+    held = [_ws(gw, sandbox_a, "a").__enter__() for _ in range(TERMINALS_PER_KEY)]
+    try:
+        with pytest.raises(ResourceExhaustedError, match="terminals attached"):
+            gw.provider("a").pty_open(sandbox_a)
+        term = gw.provider("admin").pty_open(sandbox_a, cmd="exit 2")
+        assert term.wait(15) == 2
+    finally:
+        for ws in held:
+            ws.close()  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 10
+    while True:  # the gateway notices the closes
+        try:
+            term = gw.provider("a").pty_open(sandbox_a, cmd="exit 3")
+            break
+        except ResourceExhaustedError:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    assert term.wait(15) == 3

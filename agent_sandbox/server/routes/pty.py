@@ -150,10 +150,14 @@ async def terminal(websocket: WebSocket, sandbox_id: str) -> None:
     try:
         who = await anyio.to_thread.run_sync(principal, websocket)
         await anyio.to_thread.run_sync(check_sandbox, state, who, sandbox_id)
-    except SandboxError as exc:
+        with state.quotas.terminal_slot(who.key):
+            await websocket.accept()
+            await _serve(websocket, state, sandbox_id)
+    except SandboxError as exc:  # before the accept: the answer to the handshake
         await websocket.send_denial_response(sandbox_error_response(exc))
-        return
-    await websocket.accept()
+
+
+async def _serve(websocket: WebSocket, state: Any, sandbox_id: str) -> None:
     outbox = _Outbox(asyncio.get_running_loop())
     sender = asyncio.create_task(outbox.send_all(websocket))
     session: PtySession | None = None
