@@ -134,3 +134,17 @@ def test_attachments_per_key_are_capped(gw: Gateway, sandbox_a: str) -> None:
             assert time.monotonic() < deadline
             time.sleep(0.2)
     assert term.wait(15) == 3
+
+
+def test_attaching_to_an_ended_terminal(gw: Gateway, sandbox_a: str) -> None:
+    """It ends as soon as it is opened: the gateway must still answer, and keep serving."""
+    provider = gw.provider("a")
+    first = provider.pty_open(sandbox_a, cmd="echo bye-$((2+3)); exit 5")
+    assert first.wait(15) == 5
+    for _ in range(5):
+        screen = Screen()
+        assert provider.pty_open(sandbox_a, first.pid, on_data=screen).wait(15) == 5
+        screen.expect("bye-5")
+    for code in range(10):  # no output at all: ended before the gateway has answered
+        assert provider.pty_open(sandbox_a, cmd=f"exit {code}").wait(15) == code
+    assert provider.run(sandbox_a, "echo still-serving").stdout == "still-serving\n"

@@ -171,7 +171,10 @@ async def _serve(websocket: WebSocket, state: Any, sandbox_id: str) -> None:
             error = SandboxError("internal error opening the terminal")
         else:
             if session is not None:
-                session.on_end(lambda: _final(session, outbox))
+                # In a thread of its own: a terminal that ended already calls this at
+                # once, here, on the event loop that _final waits for.
+                session.on_end(lambda: threading.Thread(
+                    target=_final, args=(session, outbox), daemon=True).start())
                 await _control(websocket, session, state, sandbox_id)
             return
         await outbox.queue.put({"error": error.to_dict()})
