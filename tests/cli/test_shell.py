@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ABX, Abx
 from ptyscreen import Screen
 
 pytestmark = pytest.mark.integration
 PROMPT = r"[#$] $"
+ABX = Path(sys.executable).parent / "abx"  # as tests/cli/conftest.py finds it
 
 
 def _abx() -> list[str]:
@@ -188,10 +188,13 @@ def test_shell_on_this_hosts_engine(terminals: Any) -> None:
 
 
 def test_shell_through_a_gateway(terminals: Any) -> None:
+    from agent_sandbox.server.keys import KeyStore
     from agent_sandbox.server.process import GatewayProcess
 
-    gateway = GatewayProcess().start()
-    env = _base_env(ABX_SANDBOX_BASE_URL=gateway.url)
+    keys_file = str(Path(tempfile.mkdtemp(prefix="abx-shell-keys-")) / "keys.db")
+    _, token = KeyStore(keys_file).create("shell-test")
+    gateway = GatewayProcess(keys_file=keys_file).start()
+    env = _base_env(ABX_SANDBOX_BASE_URL=gateway.url, ABX_SANDBOX_API_KEY=token)
     try:
         sid = _sandbox(_abx(), env)
         try:
@@ -205,11 +208,12 @@ def test_shell_through_a_gateway(terminals: Any) -> None:
             assert term.wait() == 128 + signal.SIGHUP
             from agent_sandbox.providers.remote import RemoteProvider
 
-            assert RemoteProvider(gateway.url).pty_open(sid, pid).wait(15) == 137
+            assert RemoteProvider(gateway.url, token).pty_open(sid, pid).wait(15) == 137
         finally:
             _kill(_abx(), env, sid)
     finally:
         gateway.stop()
+        shutil.rmtree(Path(keys_file).parent, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -276,7 +280,7 @@ def test_shell_on_the_rootless_engine_as_a_local_user(terminals: Any,
         _kill(user.argv(_abx()), env, sid)
 
 
-def test_shell_needs_a_terminal(abx: Abx) -> None:
+def test_shell_needs_a_terminal(abx: Any) -> None:
     r = abx("sandbox", "shell", "sbx-0000000000", check=2)  # stdin is /dev/null
     assert "needs an interactive terminal" in r.err and "abx sandbox exec" in r.err
     assert "Traceback" not in r.err
