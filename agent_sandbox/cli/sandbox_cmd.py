@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from agent_sandbox.cli import copy_cmd
+from agent_sandbox.cli import copy_cmd, shell_cmd
 from agent_sandbox.cli.exec_cmd import EPILOG, ExecCommand, exec_
 from agent_sandbox.cli.info_view import ago, info_table
 from agent_sandbox.cli.output import CliError, console, print_json, want_json
@@ -195,3 +195,7 @@ def kill(sandbox_id: IdArg,
          json_out: JsonOpt = False) -> None:
     """Destroy a sandbox (its /workspace volume is kept unless --delete-volume)."""
     _lifecycle(sandbox_id, "kill", json_out, delete_volume=delete_volume)
+
+
+app.command(epilog="Examples:\n\n  abx sandbox shell sbx-1234\n\n"
+                   "  abx sandbox shell sbx-1234 --cmd 'python3'")(shell_cmd.shell)

@@ -40,6 +40,8 @@ class ProcTable:
         self.procs: Dict[int, Proc] = {}
         self.finished: Deque[Proc] = deque()
         self.spawned = threading.Event()
+        # Live children that are not commands (terminals): their exits are theirs to keep.
+        self.adopted: Dict[int, Any] = {}
         # Paused by the engine (rootless: no freezer): every process but us is stopped,
         # and nothing new may start until it thaws us.
         self.paused = False
@@ -111,6 +113,17 @@ class ProcTable:
         threading.Thread(target=proc.pump, name=f"pump-{proc.pid}", daemon=True).start()
         return proc, sub
 
+    def adopt(self, start: Callable[[], Any]) -> Any:
+        """Start a child that is not a command (``start()`` returns it, with ``pid`` and
+        ``on_exit(code)``) under the lock, so the reaper cannot miss its exit."""
+        with self.lock:
+            if self.paused:
+                raise GuestError("wrong_state", "the sandbox is paused: resume it first")
+            child = start()
+            self.adopted[child.pid] = child
+        self.spawned.set()
+        return child
+
     def get(self, pid: int) -> Proc:
         with self.lock:
             proc = self.procs.get(pid)
@@ -146,12 +159,14 @@ class ProcTable:
                 self.spawned.clear()
                 continue
             with self.lock:
-                proc = self.procs.get(pid)
+                proc = self.adopted.pop(pid, None) or self.procs.get(pid)
             if proc is not None:
                 proc.on_exit(exit_code(status))
 
     def kill_all(self) -> None:
-        for proc in self.list():
+        with self.lock:
+            adopted = list(self.adopted.values())
+        for proc in self.list() + adopted:
             proc.signal(signal.SIGKILL)
 
     def set_paused(self, paused: bool) -> None:

@@ -24,6 +24,7 @@ if __package__:
     from .limits import REQUEST_TIMEOUT
     from .proc_table import ProcTable
     from .process_ops import ProcessOps
+    from .pty_ops import PtyOps
 else:  # imported by agent.py from the guest's directory
     import dir_ops  # type: ignore[no-redef]
     import file_ops  # type: ignore[no-redef]
@@ -33,6 +34,7 @@ else:  # imported by agent.py from the guest's directory
     from limits import REQUEST_TIMEOUT  # type: ignore[no-redef]
     from proc_table import ProcTable  # type: ignore[no-redef]
     from process_ops import ProcessOps  # type: ignore[no-redef]
+    from pty_ops import PtyOps  # type: ignore[no-redef]
 
 
 class Agent:
@@ -44,6 +46,7 @@ class Agent:
         self.ops: Dict[str, Callable[[Conn, Req], None]] = {
             "ping": self.op_ping,
             **ProcessOps(self.table).handlers(),
+            **PtyOps(self.table).handlers(),
             **file_ops.HANDLERS,
             **dir_ops.HANDLERS,
         }

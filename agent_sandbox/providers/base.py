@@ -24,6 +24,7 @@ from agent_sandbox.models import (
     TemplateInfo,
     VolumeInfo,
 )
+from agent_sandbox.pty_session import DataCallback, PtySession
 
 OutputCallback = Callable[[str], None]
 ResultCallback = Callable[[Result], None]
@@ -105,6 +106,14 @@ class Provider(Protocol):
                           data: Iterable[bytes] | IO[bytes]) -> DirTransfer:
         """Extract a tar stream into a directory of the sandbox (made if missing)."""
         ...
+    # terminals (see pty_session)
+    def pty_open(self, sandbox_id: str, pid: int | None = None, *, cols: int = 80,
+                 rows: int = 24, cwd: str | None = None, envs: dict[str, str] | None = None,
+                 cmd: str | None = None, on_data: DataCallback | None = None) -> PtySession:
+        """A new terminal running ``cmd`` (default: a login shell), or with ``pid`` the
+        running one of that pid (its recent output first)."""
+        ...
+    def pty_kill(self, sandbox_id: str, pid: int, sig: int = 9) -> bool: ...
 
     # templates and volumes
     def list_templates(self) -> list[TemplateInfo]: ...

@@ -33,9 +33,10 @@ from agent_sandbox.runtime.sandboxes import VISIBLE, Sandboxes
 from agent_sandbox.runtime.shared_templates import SharedTemplates
 from agent_sandbox.runtime.store import SandboxRow, SandboxState, Store
 from agent_sandbox.runtime.templates import Template, TemplateStore
+from agent_sandbox.runtime.terminals import Terminals
 
 
-class Engine(GuestOps, DirOps):
+class Engine(GuestOps, DirOps, Terminals):
     def __init__(self, config: EngineConfig | None = None, *, reaper: bool = True) -> None:
         self.config = config or EngineConfig()
         self.mode: HostMode = select_host_mode(self.config)

@@ -15,6 +15,7 @@ from agent_sandbox.models import (
 )
 from agent_sandbox.sdk.async_sandbox import AsyncSandbox
 from agent_sandbox.sdk.commands import CommandHandle
+from agent_sandbox.sdk.pty import PtyHandle
 from agent_sandbox.sdk.sandbox import Sandbox
 from agent_sandbox.sdk.twin import max_threads, set_max_threads
 
@@ -29,6 +30,7 @@ __all__ = [
     "ExecutionError",
     "ProcessInfo",
     "ProcessOutput",
+    "PtyHandle",
     "Result",
     "Sandbox",
     "SandboxInfo",

@@ -32,6 +32,7 @@ from agent_sandbox.models import (
 )
 from agent_sandbox.providers.base import OutputCallback, ResultCallback, StdinData
 from agent_sandbox.providers.remote.transport import Transport, iter_bytes
+from agent_sandbox.pty_session import DataCallback, PtySession
 
 _CHUNK = 1 << 20
 
@@ -334,6 +335,23 @@ class RemoteProvider:
                                         params={"path": path}, content=content,
                                         replayable=isinstance(content, bytes),
                                         headers={"Content-Type": "application/x-tar"}))
+
+    # terminals --------------------------------------------------------------------------
+    def pty_open(self, sandbox_id: str, pid: int | None = None, *, cols: int = 80,
+                 rows: int = 24, cwd: str | None = None, envs: dict[str, str] | None = None,
+                 cmd: str | None = None, on_data: DataCallback | None = None) -> PtySession:
+        from agent_sandbox.providers.remote.pty import open_remote_pty
+
+        first: dict[str, Any] = {"pid": pid} if pid is not None else {
+            "cols": cols, "rows": rows, "cwd": cwd, "envs": envs, "cmd": cmd}
+        return open_remote_pty(self._http, self._sb(sandbox_id, "/pty"), first, on_data,
+                               lambda pid, sig: self.pty_kill(sandbox_id, pid, sig))
+
+    def pty_kill(self, sandbox_id: str, pid: int, sig: int = 9) -> bool:
+        if isinstance(pid, bool) or not isinstance(pid, int):
+            _validate().positive(pid, "pid", allow_none=False, integer=True)
+        return bool(self._call("POST", self._sb(sandbox_id, f"/pty/{int(pid)}/kill"),
+                               json={"signal": int(sig)})["killed"])
 
     # templates and volumes --------------------------------------------------------------
     def list_templates(self) -> list[TemplateInfo]:
