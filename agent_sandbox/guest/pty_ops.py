@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # typing costs ~5 ms of startup; annotations are strings anyw
     Req = Dict[str, Any]
 
 if __package__:
-    from . import checks
+    from . import checks, users
     from . import protocol as proto
     from .conn import Conn
     from .errors import GuestError, bad
@@ -32,6 +32,7 @@ if __package__:
 else:  # imported by agent.py from the guest's directory
     import checks  # type: ignore[no-redef]
     import protocol as proto  # type: ignore[no-redef]
+    import users  # type: ignore[no-redef]
     from conn import Conn  # type: ignore[no-redef]
     from errors import GuestError, bad  # type: ignore[no-redef]
     from limits import PTY_FINISHED_KEPT, PTY_LIVE_CAP  # type: ignore[no-redef]
@@ -91,7 +92,10 @@ class PtyOps:
         env.setdefault("TERM", "xterm-256color")
         argv = checks.str_list(req["argv"], "argv") if req.get("argv") is not None \
             else default_shell(env)
-        cwd = checks.path({"cwd": req.get("cwd") or "/"}, "cwd")
+        name = users.check_name(req.get("user"))
+        account = users.lookup(name) if name is not None else None
+        env = users.login_env(env, account)
+        cwd = checks.path({"cwd": req.get("cwd") or (account.home if account else "/")}, "cwd")
         cols, rows = _size(req)
         if not os.path.isdir(cwd):
             raise GuestError("not_found", f"working directory {cwd} does not exist")
@@ -104,7 +108,7 @@ class PtyOps:
                                      f"this sandbox (at most {PTY_LIVE_CAP}); end one first")
                 try:
                     pty = PtyProc(argv, cwd, env, cols, rows, self.table.child_limit,
-                                  self._ended)
+                                  self._ended, account)
                 except FileNotFoundError:
                     raise GuestError("not_found", f"cannot execute {argv[0]!r}: no such "
                                      f"program (PATH={env.get('PATH', '')})") from None

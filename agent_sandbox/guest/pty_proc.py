@@ -17,9 +17,11 @@ if TYPE_CHECKING:  # typing costs ~5 ms of startup; annotations are strings anyw
     from typing import Any, Callable, Deque, Dict, List, Optional
 
 if __package__:
+    from . import users
     from .errors import GuestError
     from .limits import EXIT_DRAIN, PTY_BACKLOG, PTY_RING, PTY_STALL, PTY_VIEWERS_CAP
 else:  # imported by agent.py from the guest's directory
+    import users  # type: ignore[no-redef]
     from errors import GuestError  # type: ignore[no-redef]
     from limits import (  # type: ignore[no-redef]
         EXIT_DRAIN,
@@ -70,7 +72,7 @@ class PtyProc:
 
     def __init__(self, argv: List[str], cwd: str, env: Dict[str, str], cols: int, rows: int,
                  child_limit: Optional[Callable[[], None]],
-                 on_finished: Callable[["PtyProc"], None]) -> None:
+                 on_finished: Callable[["PtyProc"], None], account: Any = None) -> None:
         import fcntl
         import subprocess
         import termios
@@ -86,9 +88,12 @@ class PtyProc:
 
         try:
             fcntl.ioctl(master, termios.TIOCSWINSZ, _winsize(cols, rows))
+            creds = users.popen_kwargs(account)
+            if account is not None:  # the user's terminal is theirs, as login(1) does
+                os.fchown(slave, account.uid, account.gid)
             self.popen = subprocess.Popen(
                 argv, cwd=cwd, env=env, bufsize=0, close_fds=True, start_new_session=True,
-                stdin=slave, stdout=slave, stderr=slave, preexec_fn=child_setup)
+                stdin=slave, stdout=slave, stderr=slave, preexec_fn=child_setup, **creds)
         except BaseException:
             os.close(master)
             raise

@@ -109,7 +109,8 @@ class Provider(Protocol):
     # terminals (see pty_session)
     def pty_open(self, sandbox_id: str, pid: int | None = None, *, cols: int = 80,
                  rows: int = 24, cwd: str | None = None, envs: dict[str, str] | None = None,
-                 cmd: str | None = None, on_data: DataCallback | None = None) -> PtySession:
+                 cmd: str | None = None, on_data: DataCallback | None = None,
+                 user: str | None = None) -> PtySession:
         """A new terminal running ``cmd`` (default: a login shell), or with ``pid`` the
         running one of that pid (its recent output first)."""
         ...

@@ -21,12 +21,14 @@ class Terminals:
 
     def pty_open(self, sandbox_id: str, pid: int | None = None, *, cols: int = 80,
                  rows: int = 24, cwd: str | None = None, envs: dict[str, str] | None = None,
-                 cmd: str | None = None, on_data: DataCallback | None = None) -> PtySession:
+                 cmd: str | None = None, on_data: DataCallback | None = None,
+                 user: str | None = None) -> PtySession:
         """A new terminal running ``cmd`` (through ``sh -c``; default: a login shell) of
         ``cols`` x ``rows`` in ``cwd`` (default: the template's workdir), or with ``pid``
         the running terminal of that pid (its recent output first; the other arguments
-        then do not apply). Output goes to ``on_data`` as bytes; the sandbox counts as
-        busy (no idle pause) while a client is attached."""
+        then do not apply). ``user`` runs it as that account of the sandbox (e.g. "user",
+        uid 1000; default root). Output goes to ``on_data`` as bytes; the sandbox counts
+        as busy (no idle pause) while a client is attached."""
         row = self._sandboxes.row(sandbox_id)
         req: dict[str, Any]
         if pid is None:
@@ -35,7 +37,7 @@ class Terminals:
             cwd = validate.path(cwd or self._sandboxes.template_for(row).workdir, "cwd")
             env = self._sandboxes.env(row, {"TERM": DEFAULT_TERM, **validate.envs(envs)})
             req = {"op": "pty_create", "argv": argv, "cwd": cwd, "env": env, "cols": cols,
-                   "rows": rows}
+                   "rows": rows, "user": validate.user(user)}
         else:
             pid = validate.positive(pid, "pid", allow_none=False, integer=True)
             req = {"op": "pty_attach", "pid": pid}

@@ -56,13 +56,14 @@ class Pty:
 
     def create(self, cols: int = 80, rows: int = 24, cwd: str | None = None,
                envs: dict[str, str] | None = None, on_data: DataCallback | None = None,
-               cmd: str | None = None) -> PtyHandle:
+               cmd: str | None = None, user: str | None = None) -> PtyHandle:
         """Start ``cmd`` (a shell command line; default: a login shell) on a new terminal
         of ``cols`` x ``rows`` in ``cwd`` (default: the template's workdir). ``TERM`` is
-        ``xterm-256color`` unless ``envs`` says otherwise."""
+        ``xterm-256color`` unless ``envs`` says otherwise. ``user="user"`` runs it as the
+        sandbox's unprivileged account (uid 1000, HOME /home/user)."""
         return PtyHandle(self._provider.pty_open(self._sandbox_id, cols=cols, rows=rows,
                                                  cwd=cwd, envs=envs, cmd=cmd,
-                                                 on_data=on_data))
+                                                 on_data=on_data, user=user))
 
     def connect(self, pid: int, on_data: DataCallback | None = None) -> PtyHandle:
         """Attach to a running terminal (started by any client): its recent output (up to

@@ -59,6 +59,17 @@ def test_a_command_instead_of_a_shell(sandbox: Sandbox) -> None:
     assert screen.text() == "/tmp\r\n"
 
 
+def test_a_terminal_as_the_unprivileged_user(sandbox: Sandbox) -> None:
+    screen = Screen()
+    term = sandbox.pty.create(user="user", on_data=screen, cmd=(
+        "id -u; echo $HOME $USER; pwd; stat -c %u $(tty); touch /workspace/u ~/h && echo ok; "
+        "touch /etc/x 2>/dev/null || echo denied"))
+    assert term.wait(15) == 0
+    assert screen.text() == "1000\r\n/home/user user\r\n/workspace\r\n1000\r\nok\r\ndenied\r\n"
+    with pytest.raises(NotFoundError, match="no user 'nobody2'"):
+        sandbox.pty.create(user="nobody2", cmd="true")
+
+
 def test_ten_terminals_at_once(sandbox: Sandbox) -> None:
     def one(i: int) -> tuple[int, str]:
         screen = Screen()

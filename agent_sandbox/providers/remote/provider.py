@@ -339,11 +339,12 @@ class RemoteProvider:
     # terminals --------------------------------------------------------------------------
     def pty_open(self, sandbox_id: str, pid: int | None = None, *, cols: int = 80,
                  rows: int = 24, cwd: str | None = None, envs: dict[str, str] | None = None,
-                 cmd: str | None = None, on_data: DataCallback | None = None) -> PtySession:
+                 cmd: str | None = None, on_data: DataCallback | None = None,
+                 user: str | None = None) -> PtySession:
         from agent_sandbox.providers.remote.pty import open_remote_pty
 
         first: dict[str, Any] = {"pid": pid} if pid is not None else {
-            "cols": cols, "rows": rows, "cwd": cwd, "envs": envs, "cmd": cmd}
+            "cols": cols, "rows": rows, "cwd": cwd, "envs": envs, "cmd": cmd, "user": user}
         return open_remote_pty(self._http, self._sb(sandbox_id, "/pty"), first, on_data,
                                lambda pid, sig: self.pty_kill(sandbox_id, pid, sig))
 

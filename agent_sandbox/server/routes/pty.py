@@ -31,7 +31,7 @@ from agent_sandbox.server.schemas import Killed, KillProcess
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["terminals"])
 FIRST_TIMEOUT = 30.0  # for the client's first message
 QUEUE = 16  # messages on their way to a client before the terminal's output waits
-_OPEN_KEYS = {"pid", "cols", "rows", "cwd", "envs", "cmd"}
+_OPEN_KEYS = {"pid", "cols", "rows", "cwd", "envs", "cmd", "user"}
 
 
 @router.post("/pty/{pid}/kill")
