@@ -230,3 +230,5 @@ class CodeContext(BaseModel):
     id: str
     language: str = "python"
     cwd: str = "/workspace"
+    user: str | None = Field(None, description="the account of the sandbox its kernel runs "
+                                               "as; null: root")

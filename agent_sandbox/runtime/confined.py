@@ -41,8 +41,8 @@ class UnsafePathError(OSError):
 
 def openat2(dirfd: int, name: str, flags: int, mode: int = 0, resolve: int = STRICT) -> int:
     """``openat2(2)``: ``name`` resolved beneath ``dirfd`` under the ``resolve`` rules."""
-    if not flags & (os.O_CREAT | os.O_TMPFILE):
-        mode = 0  # openat2 refuses a mode it would not use
+    if not (flags & os.O_CREAT or flags & os.O_TMPFILE == os.O_TMPFILE):
+        mode = 0  # openat2 refuses a mode it would not use (O_TMPFILE includes O_DIRECTORY)
     how = _OpenHow(flags | os.O_CLOEXEC, mode, resolve)
     fd = _libc.syscall(_SYS_OPENAT2, dirfd, name.encode(), ctypes.byref(how),
                        ctypes.sizeof(how))

@@ -148,9 +148,12 @@ class GuestOps:
                 on_stdout=on_stdout, on_stderr=on_stderr, on_result=on_result)
 
     def create_code_context(self, sandbox_id: str, cwd: str | None = None,
-                            language: str = "python") -> CodeContext:
-        """A new, independent interpreter in the sandbox (its own kernel)."""
-        return self._sandboxes.code.create_context(sandbox_id, cwd=cwd, language=language)
+                            language: str = "python", user: str | None = None
+                            ) -> CodeContext:
+        """A new, independent interpreter in the sandbox (its own kernel), run as ``user``
+        (an account of the sandbox) if given."""
+        return self._sandboxes.code.create_context(sandbox_id, cwd=cwd, language=language,
+                                                   user=user)
 
     def restart_code_context(self, sandbox_id: str,
                              context: str | CodeContext | None = None) -> None:

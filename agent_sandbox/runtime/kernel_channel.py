@@ -79,7 +79,8 @@ def parse_event(line: bytes) -> dict[str, Any] | None:
 class KernelChannel:
     """One bridge process and the lines it has sent."""
 
-    def __init__(self, guest: GuestClient, argv: list[str], cwd: str) -> None:
+    def __init__(self, guest: GuestClient, argv: list[str], cwd: str,
+                 user: str | None = None) -> None:
         self._requests: queue.Queue[bytes | None] = queue.Queue()
         self._pending: deque[tuple[bytes, int]] = deque()
         self._pending_cost = 0
@@ -89,7 +90,7 @@ class KernelChannel:
         self._closed = False
         self.dropped = False  # lines lost (budget, length, not an event) since reset()
         self.stderr = ""
-        self._thread = threading.Thread(target=self._run, args=(guest, argv, cwd),
+        self._thread = threading.Thread(target=self._run, args=(guest, argv, cwd, user),
                                         name="kernel-bridge", daemon=True)
         self._thread.start()
 
@@ -98,11 +99,11 @@ class KernelChannel:
         while (item := self._requests.get()) is not None:
             yield item
 
-    def _run(self, guest: GuestClient, argv: list[str], cwd: str) -> None:
+    def _run(self, guest: GuestClient, argv: list[str], cwd: str, user: str | None) -> None:
         try:
             result = guest.exec(argv, cwd=cwd, timeout=None, max_output=_STDERR_TAIL,
                                 stdin=self._stdin(), on_stdout=self._on_stdout,
-                                cancel=self._cancel)
+                                cancel=self._cancel, user=user)
             self.stderr = result.stderr.decode(errors="replace")
         except Exception as exc:  # noqa: BLE001 - any end of the exec is the bridge's end
             self.stderr = str(exc)

@@ -10,7 +10,8 @@ sends the host one checked, bounded line per event (``kernel_channel``, ``kernel
 What the host knows about a context (its kernel's pid, socket names, HMAC key, cwd) is in
 ``<sandbox dir>/kernels/<context>.json``, outside the sandbox's reach, so a new engine
 process reconnects to a live kernel. Kernels are started lazily, interrupted (SIGINT) on a
-timeout, restarted when found dead, and end with their sandbox.
+timeout, restarted when found dead, and end with their sandbox. A context may run as an
+account of the sandbox instead of its root (``kernel_user``).
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ from agent_sandbox.errors import (
     WrongStateError,
 )
 from agent_sandbox.models import CodeContext, Execution, ExecutionError
-from agent_sandbox.runtime import validate
+from agent_sandbox.runtime import kernel_user, validate
 from agent_sandbox.runtime.guest_client import GuestClient, GuestUnavailableError
 from agent_sandbox.runtime.kernel_cell import CellOutput, ResultCallback, TextCallback
 from agent_sandbox.runtime.kernel_channel import CLOSED, KernelChannel
 from agent_sandbox.runtime.kernel_files import KernelFiles, KernelHost, KernelState
-from agent_sandbox.runtime.oci import GUEST_DIR, GUEST_RUN_DIR
+from agent_sandbox.runtime.oci import GUEST_DIR
 
 if TYPE_CHECKING:
     from agent_sandbox.runtime.store import SandboxRow
@@ -97,7 +98,7 @@ class Kernels:
                  on_result: ResultCallback | None = None) -> Execution:
         if not isinstance(code, str):
             raise InvalidArgumentError("code must be a string")
-        _check_language(language)
+        validate.code_language(language)
         timeout = validate.positive(timeout, "timeout", maximum=86400) or 60.0
         ctx = validate.code_context(context)
         row = self.host.row(sandbox_id)
@@ -129,13 +130,16 @@ class Kernels:
         raise AssertionError("unreachable")
 
     def create_context(self, sandbox_id: str, cwd: str | None = None,
-                       language: str = "python") -> CodeContext:
-        _check_language(language)
+                       language: str = "python", user: str | None = None) -> CodeContext:
+        """A new context, its kernel started now (as ``user``, an account of the sandbox,
+        if given: see ``kernel_user``)."""
+        validate.code_language(language)
+        user = validate.user(user)
         row = self.host.row(sandbox_id)
         tmpl = self._kernel_template(row)
         cwd = validate.path(cwd or tmpl.workdir, "cwd")
         ctx = f"ctx-{secrets.token_hex(4)}"
-        state = KernelState(context=ctx, cwd=cwd, key=secrets.token_hex(32))
+        state = KernelState(context=ctx, cwd=cwd, key=secrets.token_hex(32), user=user)
         self.files.save(sandbox_id, state)
         with self._lock((sandbox_id, ctx)):
             try:
@@ -143,7 +147,7 @@ class Kernels:
             except BaseException:
                 (self.files.state_dir(sandbox_id) / f"{ctx}.json").unlink(missing_ok=True)
                 raise
-        return CodeContext(id=ctx, language="python", cwd=cwd)
+        return CodeContext(id=ctx, language="python", cwd=cwd, user=user)
 
     def restart_context(self, sandbox_id: str, context: str | None = None) -> None:
         """A fresh kernel for the context: its variables are gone, its cwd kept."""
@@ -161,7 +165,7 @@ class Kernels:
         for path in sorted(self.files.state_dir(sandbox_id).glob("*.json")):
             state = self.files.load(sandbox_id, path.stem)
             if state is not None:
-                out.append(CodeContext(id=state.context, cwd=state.cwd))
+                out.append(CodeContext(id=state.context, cwd=state.cwd, user=state.user))
         return out
 
     def forget(self, sandbox_id: str, *, keep_contexts: bool = True) -> None:
@@ -231,8 +235,7 @@ class Kernels:
             procs = self._guest(sandbox_id).ps()
         except GuestUnavailableError:
             return False
-        marker = f"{GUEST_RUN_DIR}/{state.prefix}.json"
-        return any(p["pid"] == state.pid and p["running"] and marker in p["argv"]
+        return any(p["pid"] == state.pid and p["running"] and state.inside in p["argv"]
                    for p in procs)
 
     def _stop(self, sandbox_id: str, ctx: str, state: KernelState) -> None:
@@ -251,13 +254,19 @@ class Kernels:
         guest = self.host.guest(sandbox_id, row)
         self.files.remove(sandbox_id, state)
         state.prefix = f"k{secrets.token_hex(4)}"
+        python = tmpl.kernel["argv"][0]
+        # An account's ids, by the guest's own checks (its errors are the caller's answer).
+        ids = None if state.user is None else kernel_user.account_ids(guest, python,
+                                                                      state.user)
         self.files.write_connection(sandbox_id, state)
-        inside = f"{GUEST_RUN_DIR}/{state.prefix}.json"
-        argv = [a.replace("{connection_file}", inside) for a in tmpl.kernel["argv"]]
+        argv = [a.replace("{connection_file}", state.inside) for a in tmpl.kernel["argv"]]
         env = self.host.env(row, None)
         env.update(tmpl.kernel.get("env", {}))
         try:
-            state.pid = guest.start(argv, cwd=state.cwd, env=env, max_output=_KERNEL_LOG)
+            if ids is not None:
+                kernel_user.hand_over(guest, python, state.prefix, ids)
+            state.pid = guest.start(argv, cwd=state.cwd, env=env, max_output=_KERNEL_LOG,
+                                    user=state.user)
         except SandboxError as exc:
             self.files.remove(sandbox_id, state)
             raise RuntimeUnavailableError(f"could not start the kernel: {exc}") from exc
@@ -292,9 +301,8 @@ class Kernels:
         """A bridge to the context's kernel, once it says the kernel answers."""
         assert tmpl.kernel is not None
         # The kernel's own interpreter: the one with pyzmq.
-        argv = [tmpl.kernel["argv"][0], "-I", _BRIDGE, f"{GUEST_RUN_DIR}/{state.prefix}.json",
-                str(ready_timeout)]
-        kernel = _Kernel(state, KernelChannel(self._guest(sandbox_id), argv, "/"))
+        argv = [tmpl.kernel["argv"][0], "-I", _BRIDGE, state.inside, str(ready_timeout)]
+        kernel = _Kernel(state, KernelChannel(self._guest(sandbox_id), argv, "/", state.user))
         try:
             self._wait_ready(sandbox_id, kernel, ready_timeout + 5)
         except BaseException:
@@ -405,11 +413,4 @@ class Kernels:
         except SandboxError:
             return "?"
         return "?" if code is None else code
-
-
-def _check_language(language: str) -> None:
-    if language not in ("python", "python3"):
-        raise InvalidArgumentError(f"language {language!r} is not supported; the code "
-                                   "interpreter runs python")
-
 

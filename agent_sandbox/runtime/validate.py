@@ -42,6 +42,13 @@ def code_context(value: Any) -> str:
     return value
 
 
+def code_language(language: Any) -> str:
+    if language not in ("python", "python3"):
+        raise InvalidArgumentError(f"language {language!r} is not supported; the code "
+                                   "interpreter runs python")
+    return str(language)
+
+
 def path(value: Any, what: str = "path") -> str:
     if not isinstance(value, str) or not value:
         raise InvalidArgumentError(f"{what} must be a non-empty string, got {value!r}")

@@ -153,11 +153,15 @@ class Sandbox:
                                  context=context, on_stdout=on_stdout, on_stderr=on_stderr,
                                  on_result=on_result)
 
-    def create_code_context(self, cwd: str | None = None,
-                            language: str = "python") -> CodeContext:
-        """A new interpreter with its own variables; pass it as ``run_code(context=)``."""
+    def create_code_context(self, cwd: str | None = None, language: str = "python",
+                            user: str | None = None) -> CodeContext:
+        """A new interpreter with its own variables; pass it as ``run_code(context=)``.
+        ``user``: an account of the sandbox its kernel runs as (``"user"``, uid 1000,
+        exists in every template; default root)."""
+        # Only when given: a Provider written before ``user`` existed still works.
+        extra = {} if user is None else {"user": user}
         return code_provider(self._provider).create_code_context(self.sandbox_id, cwd=cwd,
-                                                                 language=language)
+                                                                 language=language, **extra)
 
     def restart_code_context(self, context: CodeContext | str | None = None) -> None:
         """Restart a context's kernel (the default one if none is given): variables

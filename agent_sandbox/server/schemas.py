@@ -323,6 +323,7 @@ class RunCode(_Body):
 class CreateCodeContext(_Body):
     cwd: Cwd | None = Field(None, description="working directory (default: the template's)")
     language: Language = "python"
+    user: UserName | None = None
 
 
 class PathBody(_Body):

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -210,3 +211,38 @@ def test_silent_bridge_pins_a_short_cell_briefly() -> None:
         with pytest.raises(SandboxError, match="did not start"):
             _within(40, lambda: sb.run_code("1", timeout=1))
         assert time.monotonic() - started < 40
+
+
+# an account's context directory: links planted in it, or in its place, reach nothing ----
+def test_links_in_or_for_an_accounts_kernel_dir_remove_nothing_on_the_host(
+        tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    for name in ("kernel.json", "k-1", "keep"):
+        (victim / name).write_text("host")
+    with _code_sandbox() as sb:
+        ctx = sb.create_code_context(user="user")
+        # The account plants links to host paths in its own directory (its kernel does).
+        plant = (
+            "import os\n"
+            "argv = open('/proc/self/cmdline', 'rb').read().decode().split(chr(0))\n"
+            "d = os.path.dirname([a for a in argv if a.endswith('kernel.json')][0])\n"
+            f"os.symlink('{victim}/keep', d + '/planted')\n"
+            f"os.symlink('{victim}', d + '/dir-link')\n"
+            "os.unlink(d + '/kernel.json')\n"
+            f"os.symlink('{victim}/kernel.json', d + '/kernel.json')\n"
+            "print(d)")
+        r = sb.run_code(plant, context=ctx)
+        assert r.error is None and r.stdout.startswith("/.abx/run/k"), r
+        sb.restart_code_context(ctx)
+        assert sorted(p.name for p in victim.iterdir()) == ["k-1", "keep", "kernel.json"]
+        assert sb.run_code("import os; os.getuid()", context=ctx).text == "1000"
+        # The sandbox's root puts a link where the directory was.
+        swap = sb.commands.run(
+            f"cd /.abx/run && for d in k*.d; do mv $d $d.old && ln -s '{victim}' $d; done; "
+            "ls /.abx/run")
+        assert swap.exit_code == 0 and ".d.old" in swap.stdout, swap
+        sb.restart_code_context(ctx)
+        assert sorted(p.name for p in victim.iterdir()) == ["k-1", "keep", "kernel.json"]
+        assert all(p.read_text() == "host" for p in victim.iterdir())
+        assert sb.run_code("import os; os.getuid()", context=ctx).text == "1000"

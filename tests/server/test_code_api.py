@@ -73,6 +73,11 @@ def test_contexts(gw: Gateway, code_sb: str) -> None:
         assert r.status_code == 204
         r = http.post(url, json={"code": "v", "context": ctx["id"]})
         assert r.json()["error"]["name"] == "NameError"
+        assert ctx["user"] is None  # root, as before
+        r = http.post(url + "/contexts", json={"user": "user"})
+        assert r.status_code == 201 and r.json()["user"] == "user", r.text
+        r = http.post(url, json={"code": "import os; os.getuid()", "context": r.json()["id"]})
+        assert r.json()["results"][0]["text"] == "1000", r.text
 
 
 def test_error_statuses(gw: Gateway, code_sb: str, sandbox_a: str) -> None:
@@ -96,6 +101,10 @@ def test_error_statuses(gw: Gateway, code_sb: str, sandbox_a: str) -> None:
             (http.post(url + "/contexts/ctx-0/restart"), 404, "not_found", "ctx-0"),
             (http.post(url + "/contexts", json={"cwd": "rel"}), 400, "invalid_argument",
              "relative"),
+            (http.post(url + "/contexts", json={"user": "no-one"}), 404, "not_found",
+             "no user 'no-one'"),
+            (http.post(url + "/contexts", json={"user": "a b"}), 400, "invalid_argument",
+             "user"),
             (http.post(f"/v1/sandboxes/{sandbox_a}/code", json={"code": "1"}), 409,
              "wrong_state", "code-interpreter-v1"),
             (http.get(f"/v1/sandboxes/{sandbox_a}/code/contexts"), 200, None, ""),

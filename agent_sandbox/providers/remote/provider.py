@@ -262,10 +262,11 @@ class RemoteProvider:
         return summary
 
     def create_code_context(self, sandbox_id: str, cwd: str | None = None,
-                            language: str = "python") -> CodeContext:
+                            language: str = "python", user: str | None = None
+                            ) -> CodeContext:
+        body = {"cwd": cwd, "language": language, **_user_field(user)}
         return CodeContext(**self._call("POST", self._sb(sandbox_id, "/code/contexts"),
-                                        json={"cwd": cwd, "language": language},
-                                        replayable=False))
+                                        json=body, replayable=False))
 
     def restart_code_context(self, sandbox_id: str,
                              context: str | CodeContext | None = None) -> None:

@@ -92,8 +92,10 @@ def list_code_contexts(sandbox_id: SandboxId, state: State) -> list[CodeContext]
 @router.post("/contexts", status_code=201)
 def create_code_context(sandbox_id: SandboxId, body: CreateCodeContext,
                         state: State) -> CodeContext:
-    """A new, independent interpreter (its own kernel, started now)."""
-    return state.provider.create_code_context(sandbox_id, cwd=body.cwd, language=body.language)
+    """A new, independent interpreter (its own kernel, started now), run as `user` (an
+    account of the sandbox) if given."""
+    return state.provider.create_code_context(sandbox_id, cwd=body.cwd, language=body.language,
+                                              **({"user": body.user} if body.user else {}))
 
 
 @router.post("/contexts/{context_id}/restart", status_code=204)
