@@ -118,6 +118,23 @@ class VolumeInfo(BaseModel):
     attached_to: str = ""
 
 
+WATCH_EVENT_TYPES = ("create", "modify", "chmod", "delete", "rename", "overflow")
+
+
+class FilesystemEvent(BaseModel):
+    """One change in a watched directory (``files.watch_dir``)."""
+
+    type: Literal["create", "modify", "chmod", "delete", "rename", "overflow"] = Field(
+        description="what happened; `overflow`: events were lost (`dropped` says how many "
+                    "when known, `message` why)")
+    path: str = Field("", description="absolute path in the sandbox (a rename's new one)")
+    name: str = Field("", description="`path` relative to the watched directory")
+    old_path: str | None = Field(None, description="a rename's old path")
+    is_dir: bool = False
+    dropped: int | None = Field(None, description="overflow: events lost, if known")
+    message: str = ""
+
+
 # ---- the code interpreter -------------------------------------------------------------------
 
 # MIME type -> Result attribute.

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # typing costs ~5 ms of startup; annotations are strings anyw
     Req = Dict[str, Any]
 
 if __package__:
-    from . import file_ops
+    from . import file_ops, watch_ops
     from . import protocol as proto
     from .conn import Conn
     from .errors import GuestError, bad
@@ -27,6 +27,7 @@ if __package__:
 else:  # imported by agent.py from the guest's directory
     import file_ops  # type: ignore[no-redef]
     import protocol as proto  # type: ignore[no-redef]
+    import watch_ops  # type: ignore[no-redef]
     from conn import Conn  # type: ignore[no-redef]
     from errors import GuestError, bad  # type: ignore[no-redef]
     from limits import REQUEST_TIMEOUT  # type: ignore[no-redef]
@@ -44,6 +45,7 @@ class Agent:
             "ping": self.op_ping,
             **ProcessOps(self.table).handlers(),
             **file_ops.HANDLERS,
+            **watch_ops.HANDLERS,
         }
 
     # -- dispatch

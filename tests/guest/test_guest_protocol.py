@@ -400,7 +400,7 @@ def test_malformed_frames_do_not_crash(client: GuestClient) -> None:
         sock.close()
         assert client.ping()["version"] == 1
     known = ("exec, exists, freeze, kill, list, mkdir, output, ping, ps, read, remove, rename,"
-             " stat, stdin, thaw, wait, write")
+             " stat, stdin, thaw, wait, watch, write")
     with pytest.raises(InvalidArgumentError, match=f"unknown op 'frobnicate'; known ops: {known}$"):
         client._call({"op": "frobnicate"})
 
