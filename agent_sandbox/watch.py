@@ -4,8 +4,8 @@ SDK's ``WatchHandle``, the gateway's relay to a client).
 
 Events come from inside a sandbox, which can make them as fast as it can create files:
 no part holds more than a fixed number (and size) of them. A queue that is full drops
-what comes and says so with one ``overflow`` event, at the place of the loss, carrying
-how many were dropped.
+what comes until it is half empty again, then says so with one ``overflow`` event, at
+the place of the loss, carrying how many were dropped.
 """
 
 from __future__ import annotations
@@ -63,8 +63,14 @@ class EventQueue:
     def bytes(self) -> int:
         return self._bytes
 
-    def _full(self, extra: int = 0) -> bool:
-        return len(self._items) >= self.max_events or self._bytes + extra > self.max_bytes
+    def _fits(self, size: int) -> bool:
+        return len(self._items) < self.max_events and self._bytes + size <= self.max_bytes
+
+    def _drained(self) -> bool:
+        """Down to half: a queue that overflowed takes events again (after saying what
+        it lost) only from here, so a flood makes one overflow event per gap, not one
+        every other event."""
+        return len(self._items) <= self.max_events // 2 and self._bytes <= self.max_bytes // 2
 
     def _append(self, event: FilesystemEvent) -> None:
         self._items.append(event)
@@ -79,10 +85,11 @@ class EventQueue:
             self._lost += 1
             self.dropped_total += 1
 
-    def _report_loss(self, force: bool = False) -> None:
-        """Put the overflow event for what was dropped, if there is room (or ``force``)."""
-        if not (self._lost or self._lost_unknown) or (self._full(300) and not force):
-            return
+    def _losing(self) -> bool:
+        return bool(self._lost or self._lost_unknown)
+
+    def _report_loss(self) -> None:
+        """Put the overflow event for what was dropped (``put`` takes events again)."""
         count = None if self._lost_unknown else self._lost
         self._append(FilesystemEvent(
             type="overflow", dropped=count,
@@ -94,8 +101,9 @@ class EventQueue:
         with self._cond:
             if self._finished:
                 return
-            self._report_loss()
-            if self._lost or self._lost_unknown or self._full(event_size(event)):
+            if self._losing() and self._drained():
+                self._report_loss()
+            if self._losing() or not self._fits(event_size(event)):
                 self._lose(event)
                 return
             self._append(event)
@@ -104,7 +112,8 @@ class EventQueue:
         """No more events: readers get what is queued (and the loss), then the end."""
         with self._cond:
             if not self._finished:
-                self._report_loss(force=True)
+                if self._losing():
+                    self._report_loss()  # even past the bound: one event
                 self._finished = True
             self._cond.notify_all()
 
@@ -117,7 +126,8 @@ class EventQueue:
     def _pop(self) -> FilesystemEvent:
         event = self._items.popleft()
         self._bytes -= event_size(event)
-        self._report_loss()
+        if self._losing() and self._drained():
+            self._report_loss()
         return event
 
     def get(self, timeout: float | None = None) -> FilesystemEvent | None:

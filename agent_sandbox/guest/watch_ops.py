@@ -109,10 +109,12 @@ def op_watch(conn: Conn, req: Req) -> None:
 def _serve(conn: Conn, watcher: Any, timeout: Optional[float]) -> None:
     stop_r, stop_w = os.pipe()
     try:
+        # Before the reader starts: a recv keeps the timeout it began with, and a watch
+        # may be quiet for hours (the reader still sees the client close).
+        conn.sock.settimeout(None)
         conn.reader = threading.Thread(target=_until_closed, args=(conn, stop_w),
                                        daemon=True)
         conn.reader.start()
-        conn.sock.settimeout(None)  # quiet for hours is fine; the reader sees a close
         conn.send({"started": True, "backend": watcher.name})
         ended = _pump(conn, watcher, stop_r, timeout)
         if ended is not None:

@@ -23,6 +23,7 @@ from agent_sandbox.models import (
     TemplateInfo,
     VolumeInfo,
 )
+from agent_sandbox.watch import WatchStream
 
 OutputCallback = Callable[[str], None]
 ResultCallback = Callable[[Result], None]
@@ -91,6 +92,11 @@ class Provider(Protocol):
     def make_dir(self, sandbox_id: str, path: str) -> None: ...
     def remove(self, sandbox_id: str, path: str) -> None: ...
     def rename(self, sandbox_id: str, src: str, dst: str) -> None: ...
+    def watch_dir(self, sandbox_id: str, path: str, recursive: bool = False,
+                  timeout: float | None = None) -> WatchStream:
+        """A directory's changes, from when this returns until ``close()`` (or
+        ``timeout`` seconds; None: no end)."""
+        ...
 
     # templates and volumes
     def list_templates(self) -> list[TemplateInfo]: ...
