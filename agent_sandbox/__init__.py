@@ -1,4 +1,9 @@
-"""agent-sandbox: self-hosted, secure sandboxes for AI agents."""
+"""agent-sandbox: self-hosted, secure sandboxes for AI agents.
+
+Distributed as ``abx-sandbox`` (import name ``agent_sandbox``, command ``abx``). The SDK
+classes are imported on first use, so that ``import agent_sandbox.<module>`` (the ``abx``
+launcher, the MCP server) does not pay for the SDK and its models.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agent_sandbox.sdk import AsyncSandbox, Sandbox
 
-__all__ = ["AsyncSandbox", "Sandbox"]
+# The one definition of the version: pyproject.toml reads it (setuptools dynamic version).
 __version__ = "0.1.0"
+DISTRIBUTION = "abx-sandbox"
+__all__ = ["DISTRIBUTION", "AsyncSandbox", "Sandbox", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy: `import agent_sandbox.x` must not load the SDK and its engine (the STDIO server
-    # answers `initialize` before importing them; the CLI starts faster).
-    if name in __all__:
+    if name in ("AsyncSandbox", "Sandbox"):
         from agent_sandbox import sdk
 
         return getattr(sdk, name)

@@ -60,8 +60,14 @@ class SandboxInfo(BaseModel):
         return self.last_used + self.timeout
 
 
+# A foreground command killed because it ran past its timeout exits with this code (as
+# coreutils timeout(1)), with ``timed_out`` set; ``abx sandbox exec`` exits with it too.
+TIMEOUT_EXIT_CODE = 124
+
+
 class CommandResult(BaseModel):
-    exit_code: int
+    exit_code: int = Field(description="the command's exit status; 128+N when a signal N "
+                           f"ended it; {TIMEOUT_EXIT_CODE} when it was killed at its timeout")
     stdout: str
     stderr: str
     truncated: bool = False
@@ -98,6 +104,17 @@ class EntryInfo(BaseModel):
     mode: int
     mtime: float
     symlink_target: str | None = None
+
+
+class DirTransfer(BaseModel):
+    """What ``files.upload_dir`` or ``files.download_dir`` copied, and what it left out."""
+
+    files: int = 0
+    dirs: int = 0
+    symlinks: int = 0
+    size: int = Field(0, description="bytes of file data written")
+    skipped: list[str] = Field([], description="entries left out, each with the reason "
+                               "(absolute or '..' names, through a symlink, sockets...)")
 
 
 class TemplateInfo(BaseModel):

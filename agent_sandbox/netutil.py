@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
+
+
+@functools.lru_cache(maxsize=256)
+def _literal_is_loopback(host: str) -> bool | None:
+    """For an address literal, whether it is loopback (None: not a literal). Cached: the
+    HTTP servers ask for every request's local address."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return None
 
 
 def is_loopback(host: str) -> bool:
@@ -11,11 +22,11 @@ def is_loopback(host: str) -> bool:
     host = host.strip("[]")
     if host == "localhost":
         return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        try:
-            return all(ipaddress.ip_address(info[4][0]).is_loopback
-                       for info in socket.getaddrinfo(host, None))
-        except OSError:
-            return False
+    literal = _literal_is_loopback(host)
+    if literal is not None:
+        return literal
+    try:  # a name: resolved every time (what it resolves to may change)
+        return all(ipaddress.ip_address(info[4][0]).is_loopback
+                   for info in socket.getaddrinfo(host, None))
+    except OSError:
+        return False

@@ -112,6 +112,14 @@ class Settings(BaseSettings):
     pool_templates: CommaList = _var(
         "ABX_POOL_TEMPLATES", "Templates kept warm (comma list).",
         shown_default="`base` (MCP servers: their template)", default=("base",))
+    shared_templates_dir: Path = _var(
+        "ABX_SHARED_TEMPLATES_DIR", "Templates root builds once for every user of the host "
+        "(`code-interpreter-v1`); used only while root owns it and nobody else may write it.",
+        default=Path("/var/lib/agent-sandbox-templates"))
+    template_index_url: str = _var(
+        "ABX_TEMPLATE_INDEX_URL", "Package index `code-interpreter-v1` is built from (pip "
+        "`--index-url`).", shown_default="pip's own (`PIP_INDEX_URL`, pip.conf), else PyPI",
+        default="")
     paused_stop_after: float = _var(
         "ABX_PAUSED_STOP_AFTER", "Seconds a sandbox stays paused before its container is "
         "stopped (disk kept; resuming boots it afresh).", default=900.0, ge=0)
@@ -143,6 +151,10 @@ class Settings(BaseSettings):
     mcp_max_concurrency: int = _var(
         "ABX_MCP_MAX_CONCURRENCY", "MCP tool calls at once before `busy` (with "
         "`retry_after`).", default=32, gt=0)
+    mcp_session_concurrency: int = _var(
+        "ABX_MCP_SESSION_CONCURRENCY", "MCP tool calls one HTTP session runs at once; its "
+        "further calls wait their turn, so one client cannot take every slot.", default=8,
+        gt=0)
     mcp_audit_log: Path | None = _var(
         "ABX_MCP_AUDIT_LOG", "The MCP server's JSON-lines audit log; empty: no audit log.",
         shown_default="`~/.abx/run/audit.log`",
@@ -190,6 +202,11 @@ class Settings(BaseSettings):
                              "(or auto)")
         return kind
 
+    @field_validator("sandbox_base_url", mode="before")
+    @classmethod
+    def _base_url(cls, value: Any) -> Any:
+        return check_base_url(value) if isinstance(value, str) else value
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _upper(cls, value: Any) -> Any:
@@ -226,6 +243,41 @@ class Settings(BaseSettings):
         return out
 
 
+def check_base_url(value: str) -> str:
+    """A gateway URL (``http(s)://host[:port][/path]``), a daemon socket (``unix:///path``)
+    or blank; anything else is refused with what it should look like."""
+    from urllib.parse import urlsplit
+
+    value = value.strip()
+    if not value:
+        return value
+    example = ("like https://gateway.example.com, http://127.0.0.1:8080 or "
+               "unix:///run/abx/abx.sock")
+    if value.startswith("unix://"):
+        if not value[len("unix://"):].startswith("/"):
+            raise ValueError(f"a unix socket URL needs an absolute path, {example}")
+        return value
+    try:
+        parts = urlsplit(value)
+        port = parts.port  # raises on a port that is not a number in range
+    except ValueError as exc:
+        raise ValueError(f"not a valid URL ({exc}); use one {example}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s):// or unix:// URL; use one {example}")
+    if port == 0 or parts.query or parts.fragment or parts.username or parts.password:
+        raise ValueError(f"give only scheme, host, port and path; use one {example}")
+    return value
+
+
+def check_value(field: str, value: str) -> None:
+    """Check one setting's value alone (the rest of the environment is not read); a bad
+    one raises ``SettingsError`` naming the variable."""
+    try:
+        Settings.model_validate({env_name(field): value})
+    except ValidationError as exc:
+        raise SettingsError(describe(exc)) from None
+
+
 def env_name(field: str) -> str:
     """The environment variable of a ``Settings`` field."""
     alias = Settings.model_fields[field].alias
@@ -249,7 +301,8 @@ def describe(exc: ValidationError) -> str:
         name = ".".join(str(part) for part in error["loc"]) or "settings"
         got = error.get("input")
         shown = "" if isinstance(got, dict) else f", got {got!r}"
-        lines.append(f"{name}: {error['msg']}{shown}")
+        msg = str(error["msg"]).removeprefix("Value error, ")
+        lines.append(f"{name}: {msg}{shown}")
     return "invalid setting: " + "; ".join(lines)
 
 

@@ -43,8 +43,11 @@ if [ ! -x .venv/bin/python ]; then
 fi
 if ! .venv/bin/python -c "import agent_sandbox" 2>/dev/null \
         || [ pyproject.toml -nt .venv/.installed ]; then
-    say "installing agent-sandbox and its dependencies"
+    say "installing abx-sandbox (agent_sandbox, abx) and its dependencies"
     .venv/bin/python -m pip install -q --upgrade pip
+    # This package was the distribution agent-sandbox before; on the public index that name
+    # is an unrelated project with the same import name. Neither may stay beside it.
+    .venv/bin/python -m pip uninstall -q -y agent-sandbox >/dev/null 2>&1 || true
     .venv/bin/python -m pip install -q -e '.[test]'
     touch .venv/.installed
 fi
@@ -61,8 +64,16 @@ if [ "$(cat /proc/sys/kernel/keys/root_maxkeys 2>/dev/null || echo 0)" -lt 10000
 fi
 
 # The code-interpreter-v1 template (a Python environment with a Jupyter kernel), from the
-# package registry once; later runs only check it (well under a second).
-.venv/bin/python -m agent_sandbox.runtime.code_template
+# package index once, into the shared templates directory (ABX_SHARED_TEMPLATES_DIR,
+# default /var/lib/agent-sandbox-templates): every user of the host, rootless ones too,
+# runs it without a copy of their own. Later runs only check it (well under a second).
+# Offline the setup still succeeds: run_command and the file tools work on base.
+say "code-interpreter-v1 template (pip output below; about a minute the first time)"
+if ! .venv/bin/python -m agent_sandbox.runtime.code_template; then
+    say "warning: code-interpreter-v1 is not built (see above): run_code needs it, the rest" \
+        "works. Later, where the index is reachable: .venv/bin/abx template build" \
+        "code-interpreter-v1 --index-url URL"
+fi
 
 case "$job" in
     "") say "set up; run 'scripts/setup.sh mcp' or 'scripts/setup.sh test'" ;;

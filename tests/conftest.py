@@ -72,8 +72,8 @@ def sandbox() -> Iterator[object]:
 
 @pytest.fixture(scope="session")
 def code_template() -> str:
-    """code-interpreter-v1, built once per session in its data dir (gateways and servers the
-    tests start share it), so no request waits minutes for it."""
+    """code-interpreter-v1, built once (as root: in the host's shared templates directory,
+    where later sessions and every user find it), so no request waits a minute for it."""
     from agent_sandbox.errors import RuntimeUnavailableError
     from agent_sandbox.providers.local import local_provider
     from agent_sandbox.runtime import code_template as template
@@ -81,7 +81,7 @@ def code_template() -> str:
     try:
         template.ensure(local_provider().templates)
     except RuntimeUnavailableError as exc:
-        if "registry could not be reached" in str(exc):
+        if "registry could not be reached" in str(exc) or "is unreachable" in str(exc):
             pytest.skip(f"{template.NAME} cannot be built: the package registry is unreachable")
         raise
     return template.NAME

@@ -32,6 +32,8 @@ class LocalUser:
         path = f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
         env = {"HOME": str(self.home), "USER": self.name, "LOGNAME": self.name,
                "PATH": path, "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
+        if os.environ.get("PYTHONPATH"):  # a checkout the venv does not install: the same
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         env.update(extra)
         return env
 

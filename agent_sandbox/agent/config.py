@@ -8,12 +8,16 @@ from pathlib import Path
 from agent_sandbox.settings import Settings
 
 CODE_TEMPLATE = "code-interpreter-v1"  # base plus Python with a Jupyter kernel
+BASE_TEMPLATE = "base"
 # An IDE's local STDIO server is for one agent that wants a notebook; a shared HTTP server
-# starts plain sandboxes (run_code still gets a kernel sandbox when it needs one).
-DEFAULT_TEMPLATES = {"stdio": CODE_TEMPLATE, "http": "base"}
+# starts plain sandboxes (run_code still gets a kernel sandbox when it needs one). The
+# code interpreter is a default only once built: until then sandboxes for anything but
+# run_code start from base (toolkit.default_template), so they work offline.
+DEFAULT_TEMPLATES = {"stdio": CODE_TEMPLATE, "http": BASE_TEMPLATE}
 DEFAULT_TEMPLATE = DEFAULT_TEMPLATES["stdio"]
 DEFAULT_OUTPUT_BUDGET: int = Settings.model_fields["mcp_output_budget"].default
 DEFAULT_MAX_CONCURRENCY: int = Settings.model_fields["mcp_max_concurrency"].default
+DEFAULT_SESSION_CONCURRENCY: int = Settings.model_fields["mcp_session_concurrency"].default
 STDIO_MAX_MESSAGE = 8 * 1024 * 1024
 WARM_POOL_SIZE = 2
 
@@ -27,6 +31,7 @@ class AgentConfig:
     template: str = DEFAULT_TEMPLATE
     output_budget: int = DEFAULT_OUTPUT_BUDGET
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+    session_concurrency: int = DEFAULT_SESSION_CONCURRENCY
     # None: every tool; otherwise the raw ABX_MCP_TOOLS spec (see tools.resolve_allowlist).
     tools: str | None = None
     audit_log: Path | None = field(default_factory=default_audit_path)
@@ -39,6 +44,7 @@ class AgentConfig:
             template=settings.mcp_template or DEFAULT_TEMPLATES.get(transport, DEFAULT_TEMPLATE),
             output_budget=settings.mcp_output_budget,
             max_concurrency=settings.mcp_max_concurrency,
+            session_concurrency=settings.mcp_session_concurrency,
             tools=settings.mcp_tools,
             audit_log=settings.mcp_audit_log,  # None: auditing off
         )

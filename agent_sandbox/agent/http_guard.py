@@ -155,12 +155,29 @@ async def _read_body(receive: Receive, limit: int) -> tuple[bytes, bool] | None:
             return bytes(body), True
 
 
+class CheckedPost:
+    """A POST body that passed ``wire_guard``: ``message`` (parsed), and itself an ASGI
+    ``receive`` that replays it to the MCP app."""
+
+    def __init__(self, message: Any, receive: Receive) -> None:
+        self.message = message
+        # The SDK parses what we checked (the same message, so no second opinion on it).
+        self._body: bytes | None = json.dumps(message, ensure_ascii=False).encode()
+        self._receive = receive
+
+    async def __call__(self) -> dict[str, Any]:
+        if self._body is not None:
+            body, self._body = self._body, None
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await self._receive()  # type: ignore[no-any-return]
+
+
 async def guard_post(scope: Scope, receive: Receive, send: Callable[..., Any],
-                     limit: int) -> Receive | None:
+                     limit: int) -> CheckedPost | None:
     """Check a POST body with ``wire_guard`` before the SDK sees it.
 
     Bad input is answered here (400 with the JSON-RPC error, 413 when too large) and None
-    returned; otherwise the result replays the checked message to the MCP app.
+    returned; otherwise the checked message, to replay to the MCP app.
     """
     declared = header(scope, b"content-length")
     too_big = declared is not None and declared.strip().isdigit() and int(declared) > limit
@@ -186,15 +203,4 @@ async def guard_post(scope: Scope, receive: Receive, send: Callable[..., Any],
     if isinstance(msg, dict) and msg.get("method") == "initialize":
         # `{"params":{}}`, as documented for curl, is served with what a bare one lacks.
         settle_initialize(msg, HTTP_DEFAULT_VERSION)
-    # The SDK parses what we checked (the same message, so no second opinion on it).
-    checked = json.dumps(verdict.message, ensure_ascii=False).encode()
-    replayed = False
-
-    async def replay() -> dict[str, Any]:
-        nonlocal replayed
-        if not replayed:
-            replayed = True
-            return {"type": "http.request", "body": checked, "more_body": False}
-        return await receive()
-
-    return replay
+    return CheckedPost(msg, receive)

@@ -19,7 +19,7 @@ import mcp_types as types
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 
-from agent_sandbox.agent import wire_guard
+from agent_sandbox.agent import reply_mode, wire_guard
 from agent_sandbox.agent.banner import print_banner
 from agent_sandbox.agent.config import STDIO_MAX_MESSAGE, AgentConfig, with_warm_pool
 from agent_sandbox.agent.http_guard import (
@@ -64,6 +64,7 @@ class MCPHttpApp:
         self.server.add_request_handler("server/discover", types.RequestParams,
                                         _no_sessionless_era)
         self.token = load_token(settings)
+        reply_mode.install()  # JSON answers where no stream is needed (reply_mode)
         self.origins = allowed_origins(settings)
         self.inner = self.server.streamable_http_app(
             streamable_http_path=MCP_PATH,
@@ -130,7 +131,9 @@ class MCPHttpApp:
                 await send_json(send, 503, wire_guard.error(
                     types.INTERNAL_ERROR, self.cap.refusal()), [(b"retry-after", b"5")])
                 return
-            await self.inner(scope, checked, send)
+            as_json = reply_mode.wants_json(header(scope, b"accept"), checked.message)
+            with reply_mode.chosen(as_json):
+                await self.inner(scope, checked, send)
         else:
             await self.inner(scope, receive, send)
 

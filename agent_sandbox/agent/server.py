@@ -7,10 +7,12 @@ process (STDIO, where ``session_key`` is fixed).
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import os
+import secrets
 import time
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,22 +22,30 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 
 from agent_sandbox.agent.audit import AuditLog
 from agent_sandbox.agent.config import AgentConfig
+from agent_sandbox.agent.fairness import RETRY_AFTER_S, CallGate, ServerBusy
 from agent_sandbox.agent.identity import INSTRUCTIONS, SERVER_NAME, version
 from agent_sandbox.agent.progress import ProgressStreamer
 from agent_sandbox.agent.request_guard import make_request_guard
 from agent_sandbox.agent.sessions import SessionRegistry, SessionState
 from agent_sandbox.agent.tool_results import OUTPUT_SCHEMAS
 from agent_sandbox.agent.tools import CallContext, ToolOutput, ToolSpec, resolve_allowlist
-from agent_sandbox.errors import (
-    NotFoundError,
-    ResourceExhaustedError,
-    SandboxError,
-    WrongStateError,
-)
+from agent_sandbox.errors import NotFoundError, SandboxError, WrongStateError
 
 log = logging.getLogger("agent_sandbox.agent")
+# Trace ids: unique without a getrandom() call per tool call (a random per-process prefix,
+# then a counter); 32 hex digits like uuid4().hex.
+_trace = [secrets.token_hex(8), itertools.count()]
 
-RETRY_AFTER_S = 1.0
+
+def _new_trace_prefix() -> None:
+    _trace[:] = [secrets.token_hex(8), itertools.count()]
+
+
+os.register_at_fork(after_in_child=_new_trace_prefix)  # a forked worker never repeats ids
+
+
+def new_trace_id() -> str:
+    return f"{_trace[0]}{next(_trace[1]):016x}"  # type: ignore[call-overload]
 
 
 class AgentRuntime:
@@ -48,9 +58,13 @@ class AgentRuntime:
         self.transport = transport
         self.audit = audit
         self.sessions = SessionRegistry(transport)
-        self.in_flight = 0
+        self.gate = CallGate.for_server(config, transport)  # caps, per-session shares
         self.started = time.time()
         self.last_tool: dict[str, Any] | None = None
+
+    @property
+    def in_flight(self) -> int:
+        return self.gate.running
 
 
 class AgentServer(Server[Any]):
@@ -151,7 +165,7 @@ def create_mcp_app(template: str | None = None, tools: str | Sequence[str] | Non
 async def _call_tool(runtime: AgentRuntime, ctx: ServerRequestContext[Any, Any],
                      params: types.CallToolRequestParams) -> types.CallToolResult:
     started = time.monotonic()
-    call_id = uuid.uuid4().hex
+    call_id = new_trace_id()
     args = params.arguments or {}
     spec = runtime.tools.get(params.name)
     out: ToolOutput | None = None
@@ -166,20 +180,12 @@ async def _call_tool(runtime: AgentRuntime, ctx: ServerRequestContext[Any, Any],
         if spec is None:
             raise NotFoundError(f"unknown tool {params.name!r}; available tools: "
                                 f"{', '.join(runtime.tools)}")
-        if runtime.in_flight >= runtime.config.max_concurrency:
-            status = "busy"
-            raise ResourceExhaustedError(
-                f"server busy: {runtime.config.max_concurrency} tool calls already running; "
-                f"retry after {RETRY_AFTER_S:g} s", details={"retry_after": RETRY_AFTER_S})
-        runtime.in_flight += 1
-        try:
+        async with runtime.gate.admit(session.session_id):
             out = await _run(spec, call, args, ctx)
-        finally:
-            runtime.in_flight -= 1
         result = _result(out)
         result.model_dump_json(by_alias=True)  # a result that cannot go on the wire is a bug
     except SandboxError as exc:
-        status = "busy" if status == "busy" else "error"
+        status = "busy" if isinstance(exc, ServerBusy) else "error"
         code = exc.code
         result = error_result(exc)
     except Exception:  # noqa: BLE001 - a bug must still answer the model (no traceback)
@@ -192,6 +198,8 @@ async def _call_tool(runtime: AgentRuntime, ctx: ServerRequestContext[Any, Any],
     name = params.name[:200]
     runtime.last_tool = {"name": name, "status": status, "at": time.time(),
                          "duration_ms": duration}
+    if not runtime.audit.enabled:
+        return result  # nothing to record: skip measuring the input and output
     text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
     runtime.audit.record(
         trace_id=call_id, session_id=session.session_id if session else None,

@@ -4,18 +4,18 @@ helpers (the session's default sandbox, output budgets).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from agent_sandbox.agent.args import ToolArgs, parse_args, tool_schema
-from agent_sandbox.agent.config import CODE_TEMPLATE, AgentConfig
+from agent_sandbox.agent.config import BASE_TEMPLATE, CODE_TEMPLATE, AgentConfig
 from agent_sandbox.agent.output import OUTPUT_DIR, cut, split_budget
 from agent_sandbox.agent.sessions import SessionState
-from agent_sandbox.errors import NotFoundError
+from agent_sandbox.errors import NotFoundError, RuntimeUnavailableError, WrongStateError
 from agent_sandbox.models import SandboxInfo
 from agent_sandbox.sdk import AsyncSandbox
+from agent_sandbox.sdk.twin import in_thread
 
 ProgressSink = Callable[[str, str], None]  # (stream name, text); thread-safe, non-blocking
 
@@ -75,13 +75,58 @@ def describe(info: SandboxInfo) -> str:
     return f"{info.sandbox_id} ({', '.join(flags)})"
 
 
-async def _kernel_template(ctx: CallContext) -> str:
-    """The server's template if it has a code kernel, else the code interpreter's."""
+async def _built_templates() -> dict[str, bool]:
+    """The templates this host has now (name: has a kernel)."""
     from agent_sandbox.providers.select import default_provider
 
-    templates = await asyncio.to_thread(default_provider().list_templates)
-    has_kernel = any(t.name == ctx.config.template and t.has_kernel for t in templates)
-    return ctx.config.template if has_kernel else CODE_TEMPLATE
+    templates = await in_thread(default_provider().list_templates)
+    return {t.name: t.has_kernel for t in templates}
+
+
+async def default_template(ctx: CallContext, *, needs_kernel: bool = False) -> str:
+    """The template of a sandbox made without being told which: the server's. For run_code,
+    one with a kernel (the code interpreter's, built on demand if need be). For anything
+    else the code interpreter only once it is built here, else base: building it takes a
+    minute, and cannot work where the package index is unreachable."""
+    template = ctx.config.template
+    if (template == CODE_TEMPLATE) == needs_kernel:
+        return template  # nothing to look up (listing templates assembles base)
+    built = await _built_templates()
+    if needs_kernel:
+        return template if built.get(template) else CODE_TEMPLATE
+    return template if template in built else BASE_TEMPLATE
+
+
+async def _create(ctx: CallContext, template: str) -> AsyncSandbox:
+    try:
+        return await AsyncSandbox.create(
+            template=template, metadata={"mcp_session": ctx.session.session_id[:64]})
+    except RuntimeUnavailableError as exc:
+        if template != CODE_TEMPLATE:
+            raise
+        # Most often: the kernel template cannot be built here (index unreachable).
+        raise RuntimeUnavailableError(
+            f"{exc.message}. Or set ABX_MCP_TEMPLATE to a template that has a kernel. "
+            "run_command and the file tools work meanwhile (their sandboxes start from "
+            f"{BASE_TEMPLATE}).", details=exc.details) from None
+
+
+async def _no_kernel(ctx: CallContext, sandbox_id: str) -> None:
+    """run_code on a default sandbox from base (made so while the code interpreter was
+    not built): say how to get a kernel instead of only that base has none."""
+    start = (f"run_code needs a Python kernel; this session's default sandbox {sandbox_id} "
+             f"runs template {BASE_TEMPLATE}, which has none")
+    if (await _built_templates()).get(CODE_TEMPLATE):
+        raise WrongStateError(
+            f"{start}. Make one that has: create_sandbox with template {CODE_TEMPLATE}, and "
+            "pass its sandbox_id to run_code (or use run_command with python3 -c '...')",
+            details={"alternative": "create_sandbox"})
+    raise WrongStateError(
+        f"{start}, and {CODE_TEMPLATE} is not built on this host. Build it: `abx template "
+        f"build {CODE_TEMPLATE} --index-url URL` (an index this host can reach; as root it "
+        "is built once for every user), or set ABX_MCP_TEMPLATE to a template that has a "
+        "kernel; then create_sandbox with it and pass its sandbox_id. Meanwhile "
+        "run_command with python3 -c '...' works.", details={"alternative": "run_command"})
 
 
 async def sandbox_for(ctx: CallContext, sandbox_id: str | None, *,
@@ -95,11 +140,10 @@ async def sandbox_for(ctx: CallContext, sandbox_id: str | None, *,
             default = ctx.session.default_id
             if default is not None:
                 sb = ctx.session.sandboxes[default]
+                if needs_kernel and sb._info.template == BASE_TEMPLATE:
+                    await _no_kernel(ctx, sb.sandbox_id)
             else:
-                template = await _kernel_template(ctx) if needs_kernel else ctx.config.template
-                sb = await AsyncSandbox.create(
-                    template=template,
-                    metadata={"mcp_session": ctx.session.session_id[:64]})
+                sb = await _create(ctx, await default_template(ctx, needs_kernel=needs_kernel))
                 ctx.session.adopt(sb, persistent=False)
     ctx.sandbox_id = sb.sandbox_id
     return sb

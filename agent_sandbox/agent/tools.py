@@ -28,6 +28,7 @@ from agent_sandbox.agent.toolkit import (
     CallContext,
     ToolOutput,
     ToolSpec,
+    default_template,
     describe,
     existing_sandbox,
     fit_streams,
@@ -46,7 +47,7 @@ __all__ = ["ALL_TOOLS", "PRESETS", "CallContext", "ToolOutput", "ToolSpec", "res
 async def create_sandbox(ctx: CallContext, a: CreateSandboxArgs) -> ToolOutput:
     persistent = a.persistent
     sb = await AsyncSandbox.create(
-        template=ctx.config.template if a.template is None else a.template,
+        template=await default_template(ctx) if a.template is None else a.template,
         timeout=a.timeout,
         envs=a.envs,
         network=a.network,

@@ -1,6 +1,6 @@
 """``python -m agent_sandbox.cli``: the same as the ``abx`` executable."""
 
-from agent_sandbox.cli.main import app
+from agent_sandbox.cli.main import main
 
 if __name__ == "__main__":
-    app(prog_name="abx")
+    main(prog_name="abx")

@@ -35,7 +35,11 @@ class Target:
     default_scope: str = "user"
     key_scopes: tuple[str, ...] = ()  # scopes whose entry may carry the API key
     extra: dict[str, str] = field(default_factory=dict)  # fixed fields of our entry
-    restart: str = ""
+    steps: tuple[str, ...] = ()  # what the user must still do after an install
+    project_steps: tuple[str, ...] = ()  # and in addition, for a project-scope install
+
+    def next_steps(self, scope: str) -> list[str]:
+        return [*self.steps, *(self.project_steps if scope == "project" else ())]
 
     def path(self, scope: str | None = None) -> Path:
         scope = scope or self.default_scope
@@ -45,20 +49,42 @@ class Target:
         return _PATHS[(self.name, scope)]()
 
 
+GEMINI_TRUST = (
+    "Gemini CLI connects MCP servers only in trusted folders (with folder trust on, an "
+    "untrusted folder lists agent-sandbox as Disabled): run `gemini` in the folder you work "
+    "in and choose \"Trust folder\" in the trust dialog, or `/permissions` there to change it "
+    "(choices are kept in ~/.gemini/trustedFolders.json)")
+
 TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("cursor", "Cursor", "mcpServers", scopes=("user", "project"), key_scopes=("user",),
-           restart="restart Cursor"),
+           steps=("Restart Cursor (or toggle agent-sandbox off and on in Cursor Settings > "
+                  "MCP); it lists the server's tools when it is connected",)),
     Target("claude", "Claude Desktop", "mcpServers", key_scopes=("user",),
-           restart="restart Claude Desktop"),
+           steps=("Quit Claude Desktop completely (closing the window is not enough) and start "
+                  "it again: it reads this file only at start",)),
     Target("vscode", "VS Code", "servers", scopes=("project", "user"), default_scope="project",
-           extra={"type": "stdio"}, restart="reload the VS Code window"),
-    Target("windsurf", "Windsurf", "mcpServers", restart="refresh the MCP servers in Windsurf"),
+           extra={"type": "stdio"},
+           steps=("Reload the VS Code window (Developer: Reload Window), then start "
+                  "agent-sandbox from the Start action in mcp.json or the MCP servers list, and "
+                  "confirm that you trust it if VS Code asks",)),
+    Target("windsurf", "Windsurf", "mcpServers",
+           steps=("Refresh the MCP servers in Windsurf (Cascade's MCP panel), or restart it",)),
     Target("claude-code", "Claude Code", "mcpServers", scopes=("user", "project"),
-           extra={"type": "stdio"}, restart="restart Claude Code (`claude mcp list` shows it)"),
+           extra={"type": "stdio"},
+           steps=("Check it with `claude mcp list` (agent-sandbox should be connected); a "
+                  "running Claude Code session picks it up after a restart",),
+           project_steps=("Claude Code asks once before it uses servers from a project's "
+                          ".mcp.json: approve agent-sandbox (or from `/mcp`); `claude mcp "
+                          "reset-project-choices` undoes a refusal",)),
     Target("codex", "Codex CLI", "mcp_servers", fmt="toml", scopes=("user", "project"),
-           restart="start a new Codex session"),
+           steps=("Start a new Codex session; `codex mcp list` shows agent-sandbox",),
+           project_steps=("Codex reads .codex/config.toml only in a trusted project: trust "
+                          "this folder when Codex asks",)),
     Target("gemini", "Gemini CLI", "mcpServers", scopes=("user", "project"),
-           restart="restart Gemini CLI (`/mcp` lists it)"),
+           steps=("Restart Gemini CLI; `/mcp` (or `gemini mcp list`) shows agent-sandbox",
+                  GEMINI_TRUST),
+           project_steps=("Until the folder is trusted Gemini CLI ignores the project's "
+                          ".gemini/settings.json entirely",)),
 )}
 
 _PATHS = {

@@ -17,7 +17,14 @@ from agent_sandbox.cli.settings import (
     resolve,
     write_config,
 )
-from agent_sandbox.settings import Settings, env_name, extra_of, shown_default
+from agent_sandbox.settings import (
+    Settings,
+    SettingsError,
+    check_value,
+    env_name,
+    extra_of,
+    shown_default,
+)
 
 app = typer.Typer(help="Settings and credentials, kept in ~/.abx/config (mode 0600).",
                   no_args_is_help=True)
@@ -33,9 +40,13 @@ def set_(key: Annotated[str, typer.Argument(help=KEY_HELP)],
     k = key_of(key)
     if not value.strip():
         raise CliError(f"empty value; to remove {key} use `abx config unset {key}`", 2)
+    try:
+        check_value(k.field, value.strip())
+    except SettingsError as exc:
+        raise CliError(f"{exc.message}; nothing was saved", 2) from None
     data = read_config()
     data[key] = value.strip()
-    path = write_config(data)
+    path = write_config(data, instead=f"set {k.env} in the environment instead")
     shown = mask(value) if k.secret else value
     console.print(f"{key} = {shown}  (saved in {path})")
 

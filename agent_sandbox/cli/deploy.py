@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import secrets
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from agent_sandbox.cli import deploy_files as files
+from agent_sandbox.cli import wheel
 from agent_sandbox.cli.atomic import atomic_write
 from agent_sandbox.cli.output import (
     CliError,
@@ -28,6 +31,41 @@ BUILDERS = {
     "kubernetes": (files.kubernetes_files, files.kubernetes_steps,
                    f"http://{files.NAME}.<NAMESPACE>.svc:9000/mcp", "secret.yaml"),
 }
+INSTALLS = ("fc", "docker")  # the targets whose files pip-install the package
+
+
+@dataclass(frozen=True)
+class _Package:
+    requirement: str  # what pip installs: a requirement, or the wheel's file name
+    wheel: str | None = None  # a wheel file the artifact carries (in the output dir)
+    copy_from: Path | None = None  # a wheel the user gave; None with a wheel: build it
+
+    def provide(self, out: Path, announce: bool) -> str:
+        """Put the wheel into ``out`` (built from this checkout, or copied); says what it is."""
+        if self.wheel is None:
+            return ""
+        if self.copy_from is None:
+            if announce:
+                err_console.print(f"Building {self.wheel} from this checkout ...")
+            built = wheel.build_wheel(out)
+            return f"{built.path.name} ({built.describe()})"
+        out.mkdir(mode=0o755, parents=True, exist_ok=True)
+        if self.copy_from != out / self.wheel:
+            shutil.copyfile(self.copy_from, out / self.wheel)
+        return f"{self.wheel} (copied from {self.copy_from})"
+
+
+def _package(target: str, package: str | None) -> _Package | None:
+    if target not in INSTALLS:
+        return None
+    if package is None:
+        return _Package(wheel.wheel_name(), wheel.wheel_name())
+    if package.endswith(".whl"):
+        path = Path(package).expanduser()
+        if not path.is_file():
+            raise UsageError(f"--package {package}: no such wheel file")
+        return _Package(path.name, path.name, path.resolve())
+    return _Package(package)
 
 
 def _token(generate: bool, token_file: Path | None) -> str:
@@ -62,8 +100,10 @@ def deploy(
                                                  "server uses (default: resolved).")] = None,
     region: Annotated[str | None, typer.Option(help="Region (default: resolved).")] = None,
     template: Annotated[str, typer.Option(help="Template of the server's sandboxes.")] = "base",
-    package: Annotated[str, typer.Option(help="pip requirement that installs agent-sandbox "
-                                         "in the artifact.")] = "agent-sandbox",
+    package: Annotated[str | None, typer.Option(
+        help="What the artifact installs (fc, docker): a wheel file, or a pip requirement "
+             "(e.g. abx-sandbox==0.1.0 from your index). Default: a wheel built from this "
+             "checkout, written into the output dir.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite files from an earlier "
                                         "deploy.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
@@ -72,38 +112,51 @@ def deploy(
 
     fc: a Function Compute custom-runtime code package (bootstrap serving port 9000,
     config.yaml with the key and token, mode 0600). docker: Dockerfile + compose.yaml +
-    abx-mcp.env. kubernetes: Secret/Deployment/Service manifests. Always carries a
-    non-empty bearer token; prints the manual steps and an IDE config with the token masked.
+    abx-mcp.env (without --base-url the image carries the engine: runc, e2fsprogs,
+    slirp4netns..., and runs privileged). kubernetes: Secret/Deployment/Service manifests.
+    fc and docker install abx-sandbox from a wheel built from this checkout (written next to
+    the files) unless --package says otherwise. Always carries a non-empty bearer token;
+    prints the manual steps and an IDE config with the token masked.
     """
     if target not in BUILDERS:
         raise UsageError(f"unknown --target {target!r}; choose fc, docker or kubernetes")
     token = _token(generate_token, auth_token_file)
     make, steps, url, secret_file = BUILDERS[target]
+    pkg = _package(target, package)
     settings = files.Settings(
         token=token, api_key=api_key or resolve("sandbox_api_key").value,
         base_url=base_url or resolve("base_url").value, region=region or resolve("region").value,
-        template=template, package=package)
+        template=template, package=pkg.requirement if pkg else "",
+        wheel=pkg.wheel if pkg else None)
     out = output_dir.expanduser().resolve()
-    artifact = make(settings)
-    clash = [f.path for f in artifact if (out / f.path).exists()]
+    paths = [f.path for f in make(settings)] + ([pkg.wheel] if pkg and pkg.wheel else [])
+    clash = [p for p in paths if (out / p).exists()]
     if clash and not force:
         raise CliError(f"{out} already has {', '.join(clash)}; pass --force to overwrite, or "
                        "choose another --output-dir")
+    if pkg:
+        settings.package_note = pkg.provide(out, announce=not want_json(json_out))
+    artifact = make(settings)
     for f in artifact:
         path = out / f.path
         path.parent.mkdir(mode=0o700 if f.secret else 0o755, parents=True, exist_ok=True)
         atomic_write(path, f.text.encode(), mode=f.mode, force_mode=True)
     masked = mask(token)
-    result = {"target": target, "output_dir": str(out), "files": [f.path for f in artifact],
+    result = {"target": target, "output_dir": str(out), "files": paths,
               "secret_file": str(out / secret_file), "token": masked,
               "token_generated": generate_token, "api_key": bool(settings.api_key),
-              "steps": steps(str(out)), "ide_config": files.ide_template(url, masked)}
+              "package": pkg and {"requirement": pkg.requirement, "wheel": pkg.wheel,
+                                  "description": settings.package_note or None},
+              "mode": "gateway-client" if settings.base_url else "embedded-engine",
+              "steps": steps(str(out), settings), "ide_config": files.ide_template(url, masked)}
     if want_json(json_out):
         print_json(result)
         return
     console.print(f"Wrote the {target} artifact to {out}:")
     for f in artifact:
         console.print(f"  {f.path}" + ("   [b](secret, 0600)[/b]" if f.secret else ""))
+    if pkg and pkg.wheel:
+        console.print(f"  {settings.package_note}", markup=False)
     err_console.print(f"[yellow]WARNING[/yellow]: {secret_file} holds the bearer token"
                       + (" and the API key" if settings.api_key else "")
                       + ". Never commit it (a .gitignore excludes it).")

@@ -14,6 +14,15 @@ SECRET_WARNING = ("# SECRET: holds the MCP bearer token{key}. Never commit it to
                   "control;\n# keep it mode 0600.\n")
 
 
+# What the docker image needs to run the embedded engine (as root): the packages
+# scripts/setup.sh installs for it, less uidmap (rootless users only). A test keeps them equal.
+ENGINE_PACKAGES = ("runc", "e2fsprogs", "util-linux", "slirp4netns", "nftables")
+# The distribution's python3 in /usr: the guest agent in every sandbox runs on it.
+PYTHON_PACKAGES = ("python3", "python3-venv", "ca-certificates")
+IMAGE_BASE = "debian:bookworm-slim"  # python3 3.11, as requires-python asks
+VENV = "/opt/abx"
+
+
 @dataclass
 class Settings:
     token: str
@@ -21,7 +30,18 @@ class Settings:
     base_url: str | None
     region: str | None
     template: str
-    package: str
+    package: str  # what pip installs: a pip requirement, or the wheel's file name
+    wheel: str | None = None  # the wheel written next to the files (in the output dir)
+    package_note: str = ""  # what that is, for the printed steps
+
+
+def installs(s: Settings, where: str) -> str:
+    """What the artifact installs, and how the server gets its sandboxes (a printed step)."""
+    what = s.package_note or f"the pip requirement {s.package}"
+    how = (f"a gateway client: its sandboxes come from {s.base_url} (no engine, no privileges)"
+           if s.base_url else "the embedded engine: sandboxes are runc containers in a "
+           "privileged container, the engine's tools installed")
+    return f"{where} installs {what} and its dependencies; the server runs as {how}"
 
 
 @dataclass
@@ -113,21 +133,29 @@ if __name__ == "__main__":
 '''.replace("__APP__", APP)
 
 
+def _requirement(s: Settings) -> str:
+    return f"./{s.wheel}" if s.wheel else s.package
+
+
 def fc_files(s: Settings) -> list[File]:
     config = {"mcp_auth_token": s.token, "sandbox_api_key": s.api_key or "",
               "base_url": s.base_url or "", "region": s.region or "", "template": s.template}
     lines = "".join(f"{k}: {json.dumps(v)}\n" for k, v in config.items())
+    # A path in a requirements file is relative to pip's working directory: the step below
+    # runs pip in the output dir, where the wheel is.
     return [
         File("code/bootstrap", BOOTSTRAP, 0o755),
         File("code/config.yaml", _warning(s) + lines, 0o600, secret=True),
-        File("code/requirements.txt", s.package + "\n"),
-        File(".gitignore", "code/config.yaml\ncode/python/\n*.zip\n"),
+        File("code/requirements.txt", _requirement(s) + "\n"),
+        File(".gitignore", "code/config.yaml\ncode/python/\n*.zip\n*.whl\n"),
     ]
 
 
-def fc_steps(out: str) -> list[str]:
+def fc_steps(out: str, s: Settings) -> list[str]:
     return [
-        f"cd {out} && pip install --target code/python -r code/requirements.txt",
+        installs(s, "The code package"),
+        f"cd {out} && pip install --target code/python -r code/requirements.txt   (on Linux "
+        "x86_64 with the function's Python version: pydantic-core is a binary wheel)",
         "cd code && zip -r ../function.zip . && cd ..   (the package: bootstrap at its root)",
         "In the Function Compute console (or SDK): create a function with the custom runtime "
         f"(Debian), upload function.zip, startup command ./bootstrap, listen port {PORT}",
@@ -140,18 +168,42 @@ def fc_steps(out: str) -> list[str]:
 
 # ---- Docker -------------------------------------------------------------------------------
 
+def dockerfile(s: Settings) -> str:
+    apt = [*PYTHON_PACKAGES, *(() if s.base_url else ENGINE_PACKAGES)]
+    if s.base_url:
+        mode = (f"# A gateway client: its sandboxes are made by the gateway at {s.base_url}\n"
+                "# (ABX_SANDBOX_BASE_URL); no engine runs here, no privileges needed.\n")
+    else:
+        mode = ("# Runs the embedded engine: sandboxes are runc containers inside this one, so\n"
+                "# it runs privileged (compose.yaml asks for it) and carries the engine's tools\n"
+                f"# ({', '.join(ENGINE_PACKAGES)}); the distribution's python3\n"
+                "# runs the guest agent in every sandbox.\n")
+    if s.wheel:
+        source = f"# Installs {s.package_note or s.wheel}.\n"
+        copy = f"COPY {s.wheel} /tmp/{s.wheel}\n"
+        target = f"/tmp/{s.wheel}"
+    else:
+        source = f"# Installs the pip requirement {s.package}.\n"
+        copy = ""
+        target = s.package
+    return (
+        f"# agent-sandbox MCP server (Streamable HTTP on port {PORT}).\n{source}{mode}"
+        f"FROM {IMAGE_BASE}\n"
+        "RUN apt-get update \\\n"
+        "    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\\n"
+        f"       {' '.join(apt)} \\\n"
+        "    && rm -rf /var/lib/apt/lists/*\n"
+        f"{copy}"
+        f"RUN python3 -m venv {VENV} \\\n"
+        f"    && {VENV}/bin/pip install --no-cache-dir {json.dumps(target)} \\\n"
+        f"    && rm -f /tmp/*.whl\n"
+        f"ENV PATH={VENV}/bin:$PATH ABX_MCP_AUDIT_LOG=\"\"\n"
+        f"EXPOSE {PORT}\n"
+        f'CMD ["python", "-m", "uvicorn", "{APP}", "--host", "0.0.0.0", "--port", "{PORT}"]\n'
+    )
+
+
 def docker_files(s: Settings) -> list[File]:
-    dockerfile = f"""# agent-sandbox MCP server (Streamable HTTP on port {PORT}).
-# Build from a wheel instead: --build-arg ABX_PACKAGE=./agent_sandbox-X.whl (put it here).
-FROM python:3.12-slim
-ARG ABX_PACKAGE={s.package}
-COPY . /src
-WORKDIR /src
-RUN pip install --no-cache-dir "$ABX_PACKAGE" && rm -rf /src/*.env
-ENV ABX_MCP_AUDIT_LOG=""
-EXPOSE {PORT}
-CMD ["python", "-m", "uvicorn", "{APP}", "--host", "0.0.0.0", "--port", "{PORT}"]
-"""
     service: dict[str, object] = {
         "build": ".", "image": f"{NAME}:latest", "ports": [f"{PORT}:{PORT}"],
         "env_file": ["abx-mcp.env"], "environment": _server_env(s),
@@ -166,16 +218,17 @@ CMD ["python", "-m", "uvicorn", "{APP}", "--host", "0.0.0.0", "--port", "{PORT}"
         compose["volumes"] = {"abx-data": {}}
     env_text = _warning(s) + "".join(f"{k}={v}\n" for k, v in _secret_env(s).items())
     return [
-        File("Dockerfile", dockerfile),
+        File("Dockerfile", dockerfile(s)),
         File("compose.yaml", dump(compose)),
         File("abx-mcp.env", env_text, 0o600, secret=True),
         File(".dockerignore", "abx-mcp.env\n.git\n"),
-        File(".gitignore", "abx-mcp.env\n"),
+        File(".gitignore", "abx-mcp.env\n*.whl\n"),
     ]
 
 
-def docker_steps(out: str) -> list[str]:
-    return [f"cd {out} && docker compose up -d --build",
+def docker_steps(out: str, s: Settings) -> list[str]:
+    return [installs(s, f"The image ({IMAGE_BASE})"),
+            f"cd {out} && docker compose up -d --build",
             f"curl -H 'Authorization: Bearer <token>' http://127.0.0.1:{PORT}/health",
             "Put http://<HOST>:9000/mcp into your IDE with the config below"]
 
@@ -220,9 +273,10 @@ def kubernetes_files(s: Settings) -> list[File]:
     ]
 
 
-def kubernetes_steps(out: str) -> list[str]:
-    return [f"Build and push the image ({NAME}:latest; `abx mcp deploy --target docker` "
-            "writes a Dockerfile), and set it in deployment.yaml",
+def kubernetes_steps(out: str, s: Settings) -> list[str]:
+    same = f" --base-url {s.base_url}" if s.base_url else ""
+    return [f"Build and push the image ({NAME}:latest; `abx mcp deploy --target docker{same}` "
+            "writes its Dockerfile and wheel), and set it in deployment.yaml",
             f"kubectl apply -k {out}",
             f"kubectl port-forward svc/{NAME} {PORT}:{PORT}   (or expose it via an Ingress)",
             "Put the service URL + /mcp into your IDE with the config below"]

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from agent_sandbox.cli.output import console, print_json, want_json
 from agent_sandbox.cli.settings import cli_settings
@@ -284,6 +285,22 @@ def run_checks() -> list[Check]:
     return checks
 
 
+def checks_table(checks: list[Check]) -> Table:
+    """Every word of a detail or a fix is shown: long commands and paths fold onto the
+    next line instead of being cut off with an ellipsis."""
+    table = Table("check", "", "detail", "fix")
+    table.columns[0].no_wrap = True
+    table.columns[1].no_wrap = True
+    for column in table.columns[2:]:
+        column.overflow = "fold"
+        column.ratio = 1
+    for c in checks:
+        mark = "[green]ok[/green]" if c.ok else ("[red]FAIL[/red]" if c.required
+                                                 else "[yellow]warn[/yellow]")
+        table.add_row(c.name, mark, Text(c.detail), Text(c.fix))  # not Rich markup
+    return table
+
+
 def doctor(json_out: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
            = False,
            cleanup: Annotated[bool, typer.Option(
@@ -306,13 +323,12 @@ def doctor(json_out: Annotated[bool, typer.Option("--json", help="Print JSON for
     if want_json(json_out):
         print_json({"ok": not failed, "checks": [asdict(c) for c in checks]})
     else:
-        table = Table("check", "", "detail", "fix")
-        for c in checks:
-            mark = "[green]ok[/green]" if c.ok else ("[red]FAIL[/red]" if c.required
-                                                     else "[yellow]warn[/yellow]")
-            table.add_row(c.name, mark, c.detail, c.fix)
-        console.print(table)
-        console.print("All required checks passed." if not failed else
-                      f"{len(failed)} required check(s) failed: run the fix shown for each.")
+        console.print(checks_table(checks))
+        if not failed:
+            console.print("All required checks passed.")
+        else:  # whole lines too, to copy and paste (the table folds long ones)
+            console.print(f"{len(failed)} required check(s) failed; the fixes:")
+            for c in failed:
+                console.print(Text(f"  {c.name}: {c.fix}"))
     if failed:
         raise typer.Exit(1)

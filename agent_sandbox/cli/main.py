@@ -1,78 +1,24 @@
-"""The ``abx`` executable: ``agent_sandbox.cli.main:app``."""
+"""The ``abx`` executable (console script ``agent_sandbox.cli.main:main``).
+
+``abx mcp start`` with no options, what every installed MCP client config runs, execs the
+STDIO server straight away (``stdio_launch``: standard library only); everything else is
+the typer CLI in ``agent_sandbox.cli.app``.
+"""
 
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any
-
-import typer
-
-from agent_sandbox.cli import config_cmd, mcp_cmd
-from agent_sandbox.cli.output import EXIT_FAILURE, EXIT_USAGE, CliError, set_global_json
-from agent_sandbox.cli.settings import cli_settings
+from typing import Any
 
 
-class _App(typer.Typer):
-    """Turns errors the engine/SDK raise into one line and a meaningful exit code."""
+def main(*args: Any, **kwargs: Any) -> Any:
+    from agent_sandbox.cli.stdio_launch import exec_server
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from agent_sandbox.errors import InvalidArgumentError, SandboxError
+    exec_server(sys.argv[1:])  # returns only when the full CLI must handle the command
+    from agent_sandbox.cli.app import app as cli
 
-        try:
-            return super().__call__(*args, **kwargs)
-        except CliError as exc:
-            print(f"error: {exc.message}", file=sys.stderr)
-            sys.exit(exc.exit_code)
-        except InvalidArgumentError as exc:
-            print(f"error: {exc.message}", file=sys.stderr)
-            sys.exit(EXIT_USAGE)
-        except SandboxError as exc:
-            print(f"error: {exc.message} ({exc.code})", file=sys.stderr)
-            sys.exit(EXIT_FAILURE)
-        except PermissionError as exc:
-            print(f"error: {exc}; most engine operations need root (run with sudo)",
-                  file=sys.stderr)
-            sys.exit(EXIT_FAILURE)
+    return cli(*args, **kwargs)
 
 
-app = _App(
-    name="abx",
-    help="agent-sandbox: secure sandboxes for AI agents, reached over MCP.\n\n"
-         "Start with `abx doctor`, then `abx mcp install --target cursor`.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-
-
-@app.callback()
-def _root(json_out: Annotated[bool, typer.Option("--json", help="JSON output for every "
-                                                 "command that has it.")] = False) -> None:
-    set_global_json(json_out)
-    cli_settings()  # read the environment (and ./.env, ~/.abx/config) once, here
-
-
-app.add_typer(mcp_cmd.app, name="mcp")
-app.add_typer(config_cmd.app, name="config")
-
-
-def _register_rest() -> None:
-    from agent_sandbox.cli import doctor, sandbox_cmd, template_cmd
-
-    app.add_typer(sandbox_cmd.app, name="sandbox")
-    app.add_typer(template_cmd.app, name="template")
-    app.command(epilog="Example: abx doctor --json")(doctor.doctor)
-
-
-def _register_gateway() -> None:
-    from agent_sandbox.cli import daemon_cmd, keys_cmd, serve_cmd
-
-    app.command(epilog="Examples:\n\n  abx serve --port 8080\n\n"
-                       "  abx serve --host 0.0.0.0 --api-keys-file /etc/abx/keys.db\n\n"
-                       "  sudo abx serve --unix /run/abx/abx.sock")(serve_cmd.serve)
-    app.add_typer(keys_cmd.app, name="keys")
-    app.add_typer(daemon_cmd.app, name="daemon")
-
-
-_register_rest()
-_register_gateway()
+# Console scripts installed from earlier checkouts (editable installs) call ``...main:app``.
+app = main

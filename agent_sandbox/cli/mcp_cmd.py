@@ -25,7 +25,8 @@ ScopeOpt = Annotated[str | None, typer.Option(
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 
-@app.command(epilog="Example: abx mcp install --target cursor   (then restart Cursor)")
+@app.command(epilog="Example: abx mcp install --target cursor   (it prints what is left "
+                    "to do in that client, e.g. restart it)")
 def install(target: TargetOpt, scope: ScopeOpt = None, json_out: JsonOpt = False) -> None:
     """Add the agent-sandbox server (`abx mcp start`) to a client's MCP config.
 
@@ -48,7 +49,9 @@ def install(target: TargetOpt, scope: ScopeOpt = None, json_out: JsonOpt = False
     console.print(f"  command: {' '.join(result['command'])}")
     if result["env"]:
         console.print(f"  env: {', '.join(result['env'])}")
-    console.print(f"Next: {result['next']}.")
+    console.print("Next:")
+    for step in result["next"]:
+        console.print(f"  - {step}.", markup=False, soft_wrap=True)
 
 
 @app.command(epilog="Example: abx mcp uninstall --target vscode")

@@ -38,7 +38,7 @@ def install(name: str, scope: str | None) -> dict[str, Any]:
     return {"target": t.name, "scope": scope, "path": str(path), "changed": outcome.changed,
             "backup": str(outcome.backup) if outcome.backup else None,
             "command": [entry["command"], *entry["args"]],
-            "env": sorted(entry.get("env", {})), "next": t.restart}
+            "env": sorted(entry.get("env", {})), "next": t.next_steps(scope)}
 
 
 def uninstall(name: str, scope: str | None) -> dict[str, Any]:

@@ -19,8 +19,10 @@ from typing import Any
 
 from agent_sandbox.cli import runstate
 from agent_sandbox.cli.atomic import atomic_write
+from agent_sandbox.cli.fs_errors import writing
 from agent_sandbox.cli.output import CliError, UsageError, mask
 from agent_sandbox.cli.settings import cli_settings
+from agent_sandbox.cli.stdio_launch import stdio_argv
 from agent_sandbox.settings import Settings, child_env
 
 TOKEN_FILE = "mcp-token"
@@ -96,8 +98,9 @@ def plan_start(*, http: bool, host: str, port: int, background: bool,
     token_note = None
     if generate_token:
         token = secrets.token_urlsafe(32)
-        saved = runstate.ensure_runtime_dir() / TOKEN_FILE
-        atomic_write(saved, (token + "\n").encode(), mode=0o600, force_mode=True)
+        saved = _run_dir() / TOKEN_FILE
+        with writing(saved, instead=RUNTIME_DIR_HINT):
+            atomic_write(saved, (token + "\n").encode(), mode=0o600, force_mode=True)
         update.update(mcp_auth_token=token, mcp_auth_token_file=None)
         token_note = f"bearer token {mask(token)} saved in {saved} (0600)"
     elif auth_token_file:
@@ -125,8 +128,18 @@ def plan_start(*, http: bool, host: str, port: int, background: bool,
                      token_note=token_note)
 
 
-def stdio_argv() -> list[str]:
-    return [sys.executable, "-m", "agent_sandbox.agent.mcp"]
+RUNTIME_DIR_HINT = "set ABX_MCP_RUNTIME_DIR to a writable directory"
+
+
+def _run_dir() -> Path:
+    """The run directory, made if missing; a failure says what to do."""
+    with writing(runstate.runtime_dir(), instead=RUNTIME_DIR_HINT):
+        return runstate.ensure_runtime_dir()
+
+
+def _write_record(pid: int, **fields: Any) -> None:
+    with writing(runstate.record_path(), instead=RUNTIME_DIR_HINT):
+        runstate.write_record(pid, **fields)
 
 
 def http_argv(host: str, port: int) -> list[str]:
@@ -158,13 +171,16 @@ def exec_foreground(plan: StartPlan) -> None:
     if plan.http:
         refuse_if_running()
         argv = http_argv(plan.host, plan.port)
-        runstate.write_record(os.getpid(), transport="http", host=plan.host, port=plan.port,
-                              url=f"http://{client_host(plan.host)}:{plan.port}/mcp",
-                              log=None, background=False, auth=bool(plan.token))
+        _write_record(os.getpid(), transport="http", host=plan.host, port=plan.port,
+                      url=f"http://{client_host(plan.host)}:{plan.port}/mcp",
+                      log=None, background=False, auth=bool(plan.token))
     else:
         argv = stdio_argv()
         if runstate.running_record() is None:  # never clobber a live record
-            runstate.write_record(os.getpid(), transport="stdio", background=False)
+            # Only for `abx mcp status`: a client's STDIO server runs without it (a
+            # read-only HOME must not keep an IDE from starting its server).
+            with contextlib.suppress(OSError):
+                runstate.write_record(os.getpid(), transport="stdio", background=False)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(argv[0], argv, plan.env)
@@ -192,8 +208,9 @@ def start_background(plan: StartPlan) -> dict[str, Any]:
     refuse_if_running()
     if not port_free(plan.host, plan.port):
         raise CliError(f"port {plan.port} on {plan.host} is in use; pick another with --port")
-    log = runstate.ensure_runtime_dir() / runstate.LOG
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    log = _run_dir() / runstate.LOG
+    with writing(log, instead=RUNTIME_DIR_HINT):
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     with os.fdopen(fd, "ab") as out:
         out.write(f"--- abx mcp start --http {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n"
                   .encode())
@@ -202,9 +219,8 @@ def start_background(plan: StartPlan) -> dict[str, Any]:
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                 start_new_session=True, close_fds=True)
     base = f"http://{client_host(plan.host)}:{plan.port}"
-    runstate.write_record(proc.pid, transport="http", host=plan.host, port=plan.port,
-                          url=base + "/mcp", log=str(log), background=True,
-                          auth=bool(plan.token))
+    _write_record(proc.pid, transport="http", host=plan.host, port=plan.port,
+                  url=base + "/mcp", log=str(log), background=True, auth=bool(plan.token))
     deadline = time.monotonic() + STARTUP_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:

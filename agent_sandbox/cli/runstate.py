@@ -1,4 +1,8 @@
-"""The local MCP server's run record (``mcp-server.json``) and its process."""
+"""The local MCP server's run record (``mcp-server.json``) and its process.
+
+Standard library only at import (the ``abx mcp start`` launcher writes the record before it
+execs the server); ``directory`` is the runtime dir when the caller already knows it.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from agent_sandbox.cli.atomic import atomic_write
-from agent_sandbox.cli.settings import cli_settings
 
 RECORD = "mcp-server.json"
 LOG = "mcp-server.log"
@@ -18,17 +21,19 @@ MARKERS = ("agent_sandbox.agent.mcp_http", "agent_sandbox.agent.mcp")
 
 
 def runtime_dir() -> Path:
+    from agent_sandbox.cli.settings import cli_settings
+
     return cli_settings().mcp_runtime_dir
 
 
-def ensure_runtime_dir() -> Path:
-    path = runtime_dir()
+def ensure_runtime_dir(directory: Path | None = None) -> Path:
+    path = directory or runtime_dir()
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return path
 
 
-def record_path() -> Path:
-    return runtime_dir() / RECORD
+def record_path(directory: Path | None = None) -> Path:
+    return (directory or runtime_dir()) / RECORD
 
 
 def log_path() -> Path:
@@ -71,28 +76,28 @@ def is_our_server(pid: int, ticks: int | None = None) -> bool:
     return ticks is None or start_ticks(pid) == ticks
 
 
-def read_record() -> dict[str, Any] | None:
+def read_record(directory: Path | None = None) -> dict[str, Any] | None:
     try:
-        data = json.loads(record_path().read_text())
+        data = json.loads(record_path(directory).read_text())
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and isinstance(data.get("pid"), int) else None
 
 
-def running_record() -> dict[str, Any] | None:
+def running_record(directory: Path | None = None) -> dict[str, Any] | None:
     """The record, if the process it names is still our server."""
-    rec = read_record()
+    rec = read_record(directory)
     if rec and is_our_server(rec["pid"], rec.get("start_ticks")):
         return rec
     return None
 
 
-def write_record(pid: int, **fields: Any) -> Path:
-    ensure_runtime_dir()
+def write_record(pid: int, directory: Path | None = None, **fields: Any) -> Path:
+    path = record_path(ensure_runtime_dir(directory))
     data = {"pid": pid, "start_ticks": start_ticks(pid), "started_at": time.time(), **fields}
-    atomic_write(record_path(), (json.dumps(data, indent=2) + "\n").encode(), mode=0o600,
+    atomic_write(path, (json.dumps(data, indent=2) + "\n").encode(), mode=0o600,
                  force_mode=True)
-    return record_path()
+    return path
 
 
 def remove_record() -> None:

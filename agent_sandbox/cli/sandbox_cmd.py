@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import shlex
 import sys
-import time
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
+from agent_sandbox.cli import copy_cmd, shell_cmd
+from agent_sandbox.cli.exec_cmd import EPILOG, ExecCommand, exec_
+from agent_sandbox.cli.info_view import ago, info_table
 from agent_sandbox.cli.output import CliError, console, print_json, want_json
 from agent_sandbox.cli.sdkutil import default_template, parse_pairs, provider
 
@@ -31,14 +31,6 @@ def _info_dict(info: Any) -> dict[str, Any]:
     data = info.model_dump(exclude={"envs"})
     data["env_names"] = sorted(info.envs)  # values may be secrets
     return data
-
-
-def _ago(ts: float) -> str:
-    seconds = max(0, int(time.time() - ts))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit} ago"
-    return f"{seconds}s ago"
 
 
 @app.command(epilog="Example: abx sandbox create --template base --memory-mb 512 --json")
@@ -92,7 +84,7 @@ def list_(template: Annotated[str | None, typer.Option(help="Only this template.
     table = Table("id", "template", "state", "created", "last used", "persistent", "network")
     table.columns[0].no_wrap = True
     for i in infos:
-        table.add_row(i.sandbox_id, i.template, i.state, _ago(i.created_at), _ago(i.last_used),
+        table.add_row(i.sandbox_id, i.template, i.state, ago(i.created_at), ago(i.last_used),
                       "yes" if i.persistent else "no", "yes" if i.network else "no")
     console.print(table)
 
@@ -104,45 +96,10 @@ def info(sandbox_id: IdArg, json_out: JsonOpt = False) -> None:
     if want_json(json_out):
         print_json(data)
         return
-    table = Table(show_header=False, box=None)
-    for key, value in data.items():
-        table.add_row(key, str(value))
-    console.print(table)
+    console.print(info_table(data))
 
 
-@app.command(name="exec", epilog="Examples:\n\n  abx sandbox exec sb-1234 'ls -la /workspace'"
-                                 "\n\n  abx sandbox exec sb-1234 -- python3 -c 'print(42)'")
-def exec_(
-    sandbox_id: IdArg,
-    command: Annotated[list[str], typer.Argument(help="The command: one shell string, or "
-                                                 "words after --.")],
-    cwd: Annotated[str | None, typer.Option(help="Working directory inside.")] = None,
-    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE, "
-                                                  "repeatable.")] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds before it is killed.")] = 60,
-    json_out: JsonOpt = False,
-) -> None:
-    """Run a command in a sandbox, streaming its output; exits with the command's exit code
-    (124 when it timed out)."""
-    cmd = command[0] if len(command) == 1 else shlex.join(command)
-    sb = _sandbox(sandbox_id)
-    quiet = want_json(json_out)
-
-    def out(text: str) -> None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-
-    def err(text: str) -> None:
-        sys.stderr.write(text)
-        sys.stderr.flush()
-
-    result = sb.commands.run(cmd, cwd=cwd, envs=parse_pairs(env, "--env"), timeout=timeout,
-                             on_stdout=None if quiet else out, on_stderr=None if quiet else err)
-    if quiet:
-        print_json(result.model_dump())
-    elif result.timed_out:
-        print(f"error: timed out after {timeout:g}s (raise --timeout)", file=sys.stderr)
-    raise typer.Exit(124 if result.timed_out else result.exit_code)
+app.command(name="exec", cls=ExecCommand, epilog=EPILOG)(exec_)
 
 
 @app.command("run-code", epilog="Example: abx sandbox run-code sb-1234 'print(1+1)'")
@@ -186,51 +143,14 @@ def _write(stream: Any) -> Any:
     return write
 
 
-@app.command(epilog="Example: abx sandbox upload sb-1234 ./data.csv /workspace/data.csv")
-def upload(sandbox_id: IdArg,
-           local: Annotated[Path, typer.Argument(help="Local file ('-' for stdin).")],
-           remote: Annotated[str, typer.Argument(help="Path inside the sandbox.")],
-           mode: Annotated[str, typer.Option(help="Octal permissions.")] = "0644") -> None:
-    """Copy a local file into a sandbox (streamed; parent directories are made)."""
-    try:
-        perms = int(mode, 8)
-    except ValueError:
-        raise CliError(f"--mode must be octal like 0644, got {mode!r}", 2) from None
-    sb = _sandbox(sandbox_id)
-    if str(local) == "-":
-        size = sb.files.write(remote, sys.stdin.buffer, mode=perms)
-    else:
-        if not local.is_file():
-            raise CliError(f"{local} is not a file", 2)
-        with local.open("rb") as fh:
-            size = sb.files.write(remote, fh, mode=perms)
-    console.print(f"uploaded {size} bytes to {sandbox_id}:{remote}")
-
-
-@app.command(epilog="Example: abx sandbox download sb-1234 /workspace/out.txt ./out.txt")
-def download(sandbox_id: IdArg,
-             remote: Annotated[str, typer.Argument(help="Path inside the sandbox.")],
-             local: Annotated[Path, typer.Argument(help="Local file ('-' for stdout).")]
-             ) -> None:
-    """Copy a file out of a sandbox (streamed)."""
-    sb = _sandbox(sandbox_id)
-    chunks = sb.files.read(remote, format="stream")
-    if str(local) == "-":
-        for chunk in chunks:
-            sys.stdout.buffer.write(chunk)
-        sys.stdout.flush()
-        return
-    tmp = local.with_name(f".{local.name}.abx-part")
-    size = 0
-    try:
-        with tmp.open("wb") as fh:
-            for chunk in chunks:
-                fh.write(chunk)
-                size += len(chunk)
-        tmp.replace(local)
-    finally:
-        tmp.unlink(missing_ok=True)
-    console.print(f"downloaded {size} bytes to {local}")
+app.command(epilog="Examples:\n\n  abx sandbox upload sb-1234 ./data.csv /workspace/\n\n"
+                    "  abx sandbox upload sb-1234 ./proj /workspace/proj\n\n"
+                    "  abx sandbox upload sb-1234 . /workspace/proj   (the contents of .)"
+            )(copy_cmd.upload)
+app.command(epilog="Examples:\n\n  abx sandbox download sb-1234 /workspace/out.csv .\n\n"
+                   "  abx sandbox download sb-1234 /workspace/results ./results\n\n"
+                   "  abx sandbox download sb-1234 /workspace/log.txt - | tail"
+            )(copy_cmd.download)
 
 
 def _lifecycle(sandbox_id: str, action: str, json_out: bool, **kw: Any) -> None:
@@ -275,3 +195,7 @@ def kill(sandbox_id: IdArg,
          json_out: JsonOpt = False) -> None:
     """Destroy a sandbox (its /workspace volume is kept unless --delete-volume)."""
     _lifecycle(sandbox_id, "kill", json_out, delete_volume=delete_volume)
+
+
+app.command(epilog="Examples:\n\n  abx sandbox shell sbx-1234\n\n"
+                   "  abx sandbox shell sbx-1234 --cmd 'python3'")(shell_cmd.shell)

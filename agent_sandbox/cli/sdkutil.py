@@ -7,22 +7,45 @@ from typing import Any
 from agent_sandbox.cli.output import UsageError
 from agent_sandbox.cli.settings import cli_settings
 
+# A person waits at the terminal: a gateway that is down fails in seconds, not after the
+# SDK's 30 s of retries (ABX_SANDBOX_RETRY_SECONDS, when set, still wins).
+CLI_RETRY_SECONDS = 2.0
+
+
+def settings_for_sdk() -> Any:
+    settings = cli_settings()
+    if "sandbox_retry_seconds" in settings.model_fields_set:
+        return settings
+    return settings.model_copy(update={"sandbox_retry_seconds": CLI_RETRY_SECONDS})
+
 
 def provider() -> Any:
     """A remote gateway when ``base_url`` resolves (env > ./.env > ~/.abx), else this host."""
     from agent_sandbox.providers import default_provider
 
-    return default_provider(cli_settings())
+    return default_provider(settings_for_sdk())
 
 
-def local_engine() -> Any:
-    if cli_settings().sandbox_base_url:
-        raise UsageError("template commands manage this host's engine, but base_url is set "
-                         "(a remote gateway); unset ABX_SANDBOX_BASE_URL / `abx config unset "
-                         "base_url` to use them here")
-    from agent_sandbox.providers.local import local_provider
+def template_engine(action: str) -> Any:
+    """The engine `abx sandbox create` uses, for building or removing templates: only an
+    engine in this process can import a directory; for a daemon or a gateway, say who can."""
+    from agent_sandbox.providers.select import current_engine
 
-    return local_provider(cli_settings())
+    settings = settings_for_sdk()
+    choice = current_engine(settings)
+    if choice.kind == "daemon" or (choice.target or "").startswith("unix://"):
+        raise UsageError(
+            f"`abx template {action}` cannot go through the abx daemon ({choice.target}) "
+            "your sandboxes run on: its templates live in root's engine. Ask an "
+            f"administrator to run `sudo abx template {action} ...` on this host (the "
+            "daemon shares root's data dir unless installed with --data-dir; then with "
+            "ABX_DATA_DIR set to it)")
+    if choice.kind == "remote":
+        raise UsageError(
+            f"`abx template {action}` works on the engine of the gateway's host, not "
+            f"through the gateway at {choice.target}: run it there (`abx template list` "
+            "works from here)")
+    return provider()
 
 
 def default_template() -> str:

@@ -9,13 +9,18 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from agent_sandbox.cli.atomic import atomic_write
+from agent_sandbox.cli.config_files import (
+    ConfigFileError,
+    config_path,
+    parse_config,
+    read_dotenv,
+)
 from agent_sandbox.cli.output import CliError, UsageError
-from agent_sandbox.settings import Settings, SettingsError, env_name, extra_of
+from agent_sandbox.settings import Settings, SettingsError, check_value, env_name, extra_of
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,7 @@ def cli_settings() -> Settings:
     for name, key in KEYS.items():
         r = resolve(name)
         if r.source in ("dotenv", "config"):
+            _check_saved(name, key, r)
             overlay[key.field] = r.value
     if not overlay:
         return env_settings()
@@ -70,12 +76,14 @@ def cli_settings() -> Settings:
         raise CliError(f"{exc.message} (from ./.env or {config_path()})", 2) from None
 
 
-def abx_home() -> Path:
-    return Path(os.path.expanduser("~")) / ".abx"
-
-
-def config_path() -> Path:
-    return abx_home() / "config"
+def _check_saved(name: str, key: Key, r: Resolved) -> None:
+    where = "./.env" if r.source == "dotenv" else str(config_path())
+    try:
+        check_value(key.field, r.value or "")
+    except SettingsError as exc:
+        fix = (f"fix {key.env} in ./.env" if r.source == "dotenv" else
+               f"fix it with `abx config set {name} VALUE` or `abx config unset {name}`")
+        raise CliError(f"{name} from {where}: {exc.message}; {fix}", 2) from None
 
 
 def key_of(name: str) -> Key:
@@ -93,47 +101,23 @@ def read_config() -> dict[str, str]:
         return {}
     except OSError as exc:
         raise CliError(f"cannot read {path}: {exc.strerror}") from None
-    if not text.strip():
-        return {}
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CliError(f"{path} is not valid JSON ({exc}); fix it or delete it and run "
-                       "`abx config set` again") from None
-    if not isinstance(data, dict):
-        raise CliError(f"{path} must hold a JSON object; fix it or delete it")
-    return {str(k): str(v) for k, v in data.items() if v is not None}
+        return parse_config(text, path)
+    except ConfigFileError as exc:
+        raise CliError(str(exc)) from None
 
 
-def write_config(data: dict[str, str]) -> Path:
+def write_config(data: dict[str, str], instead: str = "") -> Path:
+    """Save ~/.abx/config; ``instead`` is the way around it a failure suggests."""
+    from agent_sandbox.cli.fs_errors import writing
+
     path = config_path()
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    atomic_write(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(),
-                 mode=0o600, force_mode=True)
+    with writing(path, instead=instead or "use the environment variables instead (`abx "
+                 "config list` names them)"):
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        atomic_write(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(),
+                     mode=0o600, force_mode=True)
     return path
-
-
-def read_dotenv(path: Path | None = None) -> dict[str, str]:
-    """``KEY=VALUE`` lines of ./.env (``export`` prefixes, quotes and ``#`` comments allowed)."""
-    path = path or Path.cwd() / ".env"
-    values: dict[str, str] = {}
-    try:
-        lines = path.read_text().splitlines()
-    except (OSError, UnicodeDecodeError):
-        return values
-    for raw in lines:
-        line = raw.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        name, _, value = line.partition("=")
-        name = name.strip().removeprefix("export ").strip()
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-            value = value[1:-1]
-        elif " #" in value:
-            value = value.split(" #", 1)[0].rstrip()
-        values[name] = value
-    return values
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,6 @@
-"""``abx template``: the root filesystems sandboxes start from, on this host's engine."""
+"""``abx template``: the root filesystems sandboxes start from, on the engine `abx sandbox`
+uses (listing works through a daemon or gateway too; building and removing need the engine
+in this process)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from rich.table import Table
 
 from agent_sandbox.cli.output import CliError, console, err_console, print_json, want_json
-from agent_sandbox.cli.sdkutil import local_engine, parse_pairs
+from agent_sandbox.cli.sdkutil import parse_pairs, provider, template_engine
 
 app = typer.Typer(help="Templates: list, build (import a directory or image archive), remove.",
                   no_args_is_help=True)
@@ -21,8 +23,9 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")
 
 @app.command("list", epilog="Example: abx template list --json")
 def list_(json_out: JsonOpt = False) -> None:
-    """List the templates on this host."""
-    templates = local_engine().list_templates()
+    """List the templates `abx sandbox create` can use (this host's engine, the daemon's
+    or the gateway's)."""
+    templates = provider().list_templates()
     if want_json(json_out):
         print_json([t.model_dump() for t in templates])
         return
@@ -35,23 +38,42 @@ def list_(json_out: JsonOpt = False) -> None:
 
 
 @app.command(epilog="Examples:\n\n  abx template build mytools ./rootfs-dir\n\n"
-                    "  abx template build py312 ./python-3.12.tar --env LANG=C.UTF-8")
+                    "  abx template build py312 ./python-3.12.tar --env LANG=C.UTF-8\n\n"
+                    "  sudo abx template build code-interpreter-v1 --index-url "
+                    "https://pypi.org/simple")
 def build(
     name: Annotated[str, typer.Argument(help="Template name.")],
-    source: Annotated[Path, typer.Argument(help="A root filesystem directory, or an OCI / "
-                                           "`docker save` image archive.")],
+    source: Annotated[Path | None, typer.Argument(
+        help="A root filesystem directory, or an OCI / `docker save` image archive "
+             "(none for code-interpreter-v1, built from the package index).")] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Overwrite an existing template "
                                           "(refused while sandboxes use it).")] = False,
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE, "
                                                   "repeatable.")] = None,
     workdir: Annotated[str | None, typer.Option(help="Default working directory.")] = None,
     description: Annotated[str | None, typer.Option(help="One line about it.")] = None,
+    index_url: Annotated[str | None, typer.Option(
+        "--index-url", help="code-interpreter-v1: the package index to build from (default: "
+                            "ABX_TEMPLATE_INDEX_URL, else pip's configuration, else PyPI).")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Build a template by importing a directory or an image archive (with a progress bar)."""
+    """Build a template by importing a directory or an image archive (with a progress bar),
+    or build code-interpreter-v1 (as root: once, for every user of the host)."""
+    from agent_sandbox.runtime import code_template
+
+    if source is None and name == code_template.NAME:
+        _build_code_template(replace, index_url, want_json(json_out))
+        return
+    if index_url is not None:
+        raise CliError(f"--index-url is for {code_template.NAME}, which is built from the "
+                       "package index; other templates come from a directory or an archive", 2)
+    if source is None:
+        raise CliError(f"give {name}'s source: a root filesystem directory or an image "
+                       f"archive (only {code_template.NAME} is built without one)", 2)
     if not source.exists():
         raise CliError(f"{source} does not exist; give a directory or an image archive", 2)
-    engine = local_engine()
+    engine = template_engine("build")
     kw: dict[str, Any] = {"replace": replace}
     if env:
         kw["env"] = parse_pairs(env, "--env")
@@ -77,8 +99,32 @@ def build(
                       f"`abx sandbox create --template {info.name}`")
 
 
+def _build_code_template(force: bool, index_url: str | None, quiet: bool) -> None:
+    from agent_sandbox.errors import RuntimeUnavailableError
+    from agent_sandbox.runtime import code_template
+
+    engine = template_engine("build")
+    url = engine.config.template_index_url if index_url is None else index_url
+
+    def line(text: str) -> None:
+        if not quiet:
+            err_console.print(f"[{code_template.NAME}] {text}", markup=False, highlight=False)
+
+    try:
+        tmpl = code_template.ensure(engine.templates, index_url=url, progress=line,
+                                    force=force)
+    except RuntimeUnavailableError as exc:
+        raise CliError(exc.message, 1) from None
+    where = code_template.describe_location(engine.templates, tmpl)
+    if quiet:
+        print_json({"name": tmpl.name, "kind": tmpl.kind, "location": where})
+    else:
+        console.print(f"template {tmpl.name} ready ({where}); use it with "
+                      f"`abx sandbox create --template {tmpl.name}`")
+
+
 @app.command(epilog="Example: abx template remove mytools")
 def remove(name: Annotated[str, typer.Argument(help="Template name.")]) -> None:
     """Remove a template (refused while sandboxes use it; kill them first)."""
-    local_engine().remove_template(name)
+    template_engine("remove").remove_template(name)
     console.print(f"removed template {name}")

@@ -11,7 +11,7 @@ from collections import deque
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~5 ms of startup; annotations are strings anyway
-    from typing import Callable, Deque, Dict, List, Optional, Tuple
+    from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 if __package__:
     from .errors import GuestError, bad
@@ -40,6 +40,8 @@ class ProcTable:
         self.procs: Dict[int, Proc] = {}
         self.finished: Deque[Proc] = deque()
         self.spawned = threading.Event()
+        # Live children that are not commands (terminals): their exits are theirs to keep.
+        self.adopted: Dict[int, Any] = {}
         # Paused by the engine (rootless: no freezer): every process but us is stopped,
         # and nothing new may start until it thaws us.
         self.paused = False
@@ -64,7 +66,9 @@ class ProcTable:
         stdin: bool,
         background: bool,
         subscribe: bool,
+        creds: Optional[Dict[str, Any]] = None,
     ) -> Tuple[Proc, Optional[Subscriber]]:
+        """``creds``: Popen's user/group/extra_groups, to run it as another account."""
         import subprocess
 
         if not os.path.isdir(cwd):
@@ -87,6 +91,7 @@ class ProcTable:
                     stderr=subprocess.PIPE,
                     stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                     preexec_fn=self.child_limit,
+                    **(creds or {}),
                 )
             except FileNotFoundError:
                 raise GuestError(
@@ -94,6 +99,9 @@ class ProcTable:
                     f"cannot execute {argv[0]!r}: no such program (PATH={env.get('PATH', '')})",
                 ) from None
             except OSError as exc:
+                if exc.filename == cwd:  # chdir failed: the account may not enter it
+                    raise bad(f"cannot enter the working directory {cwd}: "
+                              f"{exc.strerror or exc}") from None
                 raise bad(f"cannot execute {argv[0]!r}: {exc.strerror or exc}") from None
             proc = Proc(popen, argv, max_output, background, self._on_finished)
             old = self.procs.pop(proc.pid, None)
@@ -104,6 +112,17 @@ class ProcTable:
         sub = proc.subscribe(replay=False) if subscribe else None
         threading.Thread(target=proc.pump, name=f"pump-{proc.pid}", daemon=True).start()
         return proc, sub
+
+    def adopt(self, start: Callable[[], Any]) -> Any:
+        """Start a child that is not a command (``start()`` returns it, with ``pid`` and
+        ``on_exit(code)``) under the lock, so the reaper cannot miss its exit."""
+        with self.lock:
+            if self.paused:
+                raise GuestError("wrong_state", "the sandbox is paused: resume it first")
+            child = start()
+            self.adopted[child.pid] = child
+        self.spawned.set()
+        return child
 
     def get(self, pid: int) -> Proc:
         with self.lock:
@@ -140,12 +159,14 @@ class ProcTable:
                 self.spawned.clear()
                 continue
             with self.lock:
-                proc = self.procs.get(pid)
+                proc = self.adopted.pop(pid, None) or self.procs.get(pid)
             if proc is not None:
                 proc.on_exit(exit_code(status))
 
     def kill_all(self) -> None:
-        for proc in self.list():
+        with self.lock:
+            adopted = list(self.adopted.values())
+        for proc in self.list() + adopted:
             proc.signal(signal.SIGKILL)
 
     def set_paused(self, paused: bool) -> None:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # typing costs ~5 ms of startup; annotations are strings anyw
     Req = Dict[str, Any]
 
 if __package__:
-    from . import checks
+    from . import checks, users
     from . import protocol as proto
     from .conn import Conn
     from .errors import GuestError
@@ -25,6 +25,7 @@ if __package__:
 else:  # imported by agent.py from the guest's directory
     import checks  # type: ignore[no-redef]
     import protocol as proto  # type: ignore[no-redef]
+    import users  # type: ignore[no-redef]
     from conn import Conn  # type: ignore[no-redef]
     from errors import GuestError  # type: ignore[no-redef]
     from limits import KILL_GRACE, MAX_OUTPUT_CAP, STREAM_TIMEOUT  # type: ignore[no-redef]
@@ -69,8 +70,11 @@ class ProcessOps:
         max_output = int(checks.integer(req, "max_output", 1 << 20, 0, MAX_OUTPUT_CAP) or 0)
         background = bool(req.get("background"))
         stdin = bool(req.get("stdin"))
+        name = users.check_name(req.get("user"))
+        account = users.lookup(name) if name is not None else None
         proc, sub = self.table.spawn(
-            argv, cwd, env, max_output, stdin, background, subscribe=not background
+            argv, cwd, users.login_env(env, account), max_output, stdin, background,
+            subscribe=not background, creds=users.popen_kwargs(account),
         )
         if background or sub is None:
             conn.done(pid=proc.pid)

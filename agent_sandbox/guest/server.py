@@ -17,14 +17,16 @@ if TYPE_CHECKING:  # typing costs ~5 ms of startup; annotations are strings anyw
     Req = Dict[str, Any]
 
 if __package__:
-    from . import file_ops, watch_ops
+    from . import dir_ops, file_ops, watch_ops
     from . import protocol as proto
     from .conn import Conn
     from .errors import GuestError, bad
     from .limits import REQUEST_TIMEOUT
     from .proc_table import ProcTable
     from .process_ops import ProcessOps
+    from .pty_ops import PtyOps
 else:  # imported by agent.py from the guest's directory
+    import dir_ops  # type: ignore[no-redef]
     import file_ops  # type: ignore[no-redef]
     import protocol as proto  # type: ignore[no-redef]
     import watch_ops  # type: ignore[no-redef]
@@ -33,6 +35,7 @@ else:  # imported by agent.py from the guest's directory
     from limits import REQUEST_TIMEOUT  # type: ignore[no-redef]
     from proc_table import ProcTable  # type: ignore[no-redef]
     from process_ops import ProcessOps  # type: ignore[no-redef]
+    from pty_ops import PtyOps  # type: ignore[no-redef]
 
 
 class Agent:
@@ -44,8 +47,10 @@ class Agent:
         self.ops: Dict[str, Callable[[Conn, Req], None]] = {
             "ping": self.op_ping,
             **ProcessOps(self.table).handlers(),
+            **PtyOps(self.table).handlers(),
             **file_ops.HANDLERS,
             **watch_ops.HANDLERS,
+            **dir_ops.HANDLERS,
         }
 
     # -- dispatch

@@ -14,6 +14,7 @@ from typing import IO, Any, Protocol, runtime_checkable
 from agent_sandbox.models import (
     CodeContext,
     CommandResult,
+    DirTransfer,
     EntryInfo,
     Execution,
     ProcessInfo,
@@ -23,10 +24,14 @@ from agent_sandbox.models import (
     TemplateInfo,
     VolumeInfo,
 )
+from agent_sandbox.pty_session import DataCallback, PtySession
 from agent_sandbox.watch import WatchStream
 
 OutputCallback = Callable[[str], None]
 ResultCallback = Callable[[Result], None]
+# A command's stdin: all of it, or a stream (chunks, or a binary file such as a pipe)
+# read as the command runs and never held whole.
+StdinData = str | bytes | Iterable[bytes] | IO[bytes]
 
 
 @runtime_checkable
@@ -53,10 +58,11 @@ class Provider(Protocol):
     # commands
     def run(self, sandbox_id: str, cmd: str, cwd: str | None = None,
             envs: dict[str, str] | None = None, timeout: float | None = None,
-            stdin: str | bytes | None = None, on_stdout: OutputCallback | None = None,
-            on_stderr: OutputCallback | None = None) -> CommandResult: ...
+            stdin: StdinData | None = None, on_stdout: OutputCallback | None = None,
+            on_stderr: OutputCallback | None = None, user: str | None = None
+            ) -> CommandResult: ...
     def start(self, sandbox_id: str, cmd: str, cwd: str | None = None,
-              envs: dict[str, str] | None = None) -> int: ...
+              envs: dict[str, str] | None = None, user: str | None = None) -> int: ...
     def process_output(self, sandbox_id: str, pid: int) -> ProcessOutput: ...
     def wait(self, sandbox_id: str, pid: int, timeout: float | None = None,
              on_stdout: OutputCallback | None = None,
@@ -97,6 +103,24 @@ class Provider(Protocol):
         """A directory's changes, from when this returns until ``close()`` (or
         ``timeout`` seconds; None: no end)."""
         ...
+
+    def read_dir_archive(self, sandbox_id: str, path: str) -> Iterator[bytes]:
+        """A directory as tar chunks, made in the sandbox: hostile (``files.download_dir``
+        extracts them with ``guest.dir_unpack``)."""
+        ...
+    def write_dir_archive(self, sandbox_id: str, path: str,
+                          data: Iterable[bytes] | IO[bytes]) -> DirTransfer:
+        """Extract a tar stream into a directory of the sandbox (made if missing)."""
+        ...
+    # terminals (see pty_session)
+    def pty_open(self, sandbox_id: str, pid: int | None = None, *, cols: int = 80,
+                 rows: int = 24, cwd: str | None = None, envs: dict[str, str] | None = None,
+                 cmd: str | None = None, on_data: DataCallback | None = None,
+                 user: str | None = None) -> PtySession:
+        """A new terminal running ``cmd`` (default: a login shell), or with ``pid`` the
+        running one of that pid (its recent output first)."""
+        ...
+    def pty_kill(self, sandbox_id: str, pid: int, sig: int = 9) -> bool: ...
 
     # templates and volumes
     def list_templates(self) -> list[TemplateInfo]: ...

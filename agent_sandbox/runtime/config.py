@@ -52,6 +52,9 @@ class EngineConfig:
     # turn it on; a one-off script should not leave warm sandboxes behind.
     pool_size: int = _from_settings("pool_size")
     pool_templates: tuple[str, ...] = _from_settings("pool_templates")
+    # Templates root builds once for every user (code-interpreter-v1), and where from.
+    shared_templates_dir: Path = _from_settings("shared_templates_dir")
+    template_index_url: str = _from_settings("template_index_url")
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> EngineConfig:
@@ -59,7 +62,9 @@ class EngineConfig:
         return cls(**{"data_dir": settings.data_dir,
                       "paused_stop_after": settings.paused_stop_after,
                       "pool_size": settings.pool_size,
-                      "pool_templates": settings.pool_templates, **overrides})
+                      "pool_templates": settings.pool_templates,
+                      "shared_templates_dir": settings.shared_templates_dir,
+                      "template_index_url": settings.template_index_url, **overrides})
 
     @property
     def db_path(self) -> Path:

@@ -23,17 +23,20 @@ from agent_sandbox.runtime import code_template, recovery, supervisor, validate
 from agent_sandbox.runtime.activity import Activity
 from agent_sandbox.runtime.boot import GUEST_DIR
 from agent_sandbox.runtime.config import EngineConfig, Limits
+from agent_sandbox.runtime.guest_dirs import DirOps
 from agent_sandbox.runtime.guest_ops import GuestOps
 from agent_sandbox.runtime.host_mode import HostMode, select_host_mode
 from agent_sandbox.runtime.pool import WarmPool, new_id
 from agent_sandbox.runtime.reaper import reap_loop, reap_once
 from agent_sandbox.runtime.runc import Runc
 from agent_sandbox.runtime.sandboxes import VISIBLE, Sandboxes
+from agent_sandbox.runtime.shared_templates import SharedTemplates
 from agent_sandbox.runtime.store import SandboxRow, SandboxState, Store
 from agent_sandbox.runtime.templates import Template, TemplateStore
+from agent_sandbox.runtime.terminals import Terminals
 
 
-class Engine(GuestOps):
+class Engine(GuestOps, DirOps, Terminals):
     def __init__(self, config: EngineConfig | None = None, *, reaper: bool = True) -> None:
         self.config = config or EngineConfig()
         self.mode: HostMode = select_host_mode(self.config)
@@ -55,7 +58,10 @@ class Engine(GuestOps):
             runc = Runc(self.config.runc_root, systemd_cgroup=self.mode.cgroups == "systemd")
             _precompile_guest()
             store = Store(self.config.db_path)
-            templates = TemplateStore(self.config.templates_dir, self.mode.assemble_base)
+            shared = SharedTemplates(self.config.shared_templates_dir,
+                                     mirror_dirs=self.mode.name == "rootless")
+            templates = TemplateStore(self.config.templates_dir, self.mode.assemble_base,
+                                      shared)
             parts = Sandboxes(self.mode, runc, store, templates,
                               Activity(store.touch, self._stop), self.mode.enforced_limits())
             recovery.recover(parts)
@@ -134,9 +140,11 @@ class Engine(GuestOps):
 
     def remove_template(self, name: str) -> None:
         self._refuse_if_used(name)
-        own = str(self.templates.path(name)) + "/"
+        # Its own directories (not base's), here or in the shared directory.
+        own = (str(self.templates.path(name)) + "/",
+               f"{self.config.shared_templates_dir}/{name}/")
         lowers = [lower for layer in self.templates.get(name).layers
-                  for lower in layer.lowers if lower.startswith(own)]  # not shared ones
+                  for lower in layer.lowers if lower.startswith(own)]
         self.templates.remove(name)
         self.mode.forget_views(lowers)
 
@@ -166,35 +174,38 @@ class Engine(GuestOps):
         owner: str = "",
     ) -> SandboxInfo:
         parts = self._sandboxes
-        if template == code_template.NAME:
-            code_template.ensure(parts.templates)  # built on first use (minutes, once)
-        tmpl = parts.templates.get(template)
-        limits = _limits(self.config.limits, cpu, memory_mb, disk_mb)
-        timeout = validate.positive(timeout, "timeout", allow_none=False, maximum=30 * 86400)
-        if not isinstance(network, bool) or not isinstance(persistent, bool):
-            raise InvalidArgumentError("network and persistent must be true or false")
-        envs = validate.envs(envs)
-        metadata = validate.metadata(metadata)
-        if network:
-            self.mode.check_network()
         assert self._pool is not None
-        if self._pool.fits(tmpl.name, volume=volume, network=network, limits=limits.__dict__):
-            claimed = self._pool.claim(tmpl.name, timeout=float(timeout), persistent=persistent,
-                                       envs=envs, metadata=metadata, owner=owner)
-            if claimed is not None:
-                return self.info(claimed)
-        sandbox_id = new_id()
-        now = time.time()
-        row = SandboxRow(
-            id=sandbox_id, template=tmpl.name, state=SandboxState.CREATING, created_at=now,
-            last_used=now, timeout=float(timeout), persistent=persistent, network=network,
-            volume_id=volume or f"vol-{sandbox_id[4:]}", envs=envs, metadata=metadata,
-            limits=limits.__dict__,
-            layers=[{"target": layer.target, "lowers": layer.lowers} for layer in tmpl.layers],
-            owner=owner,
-        )
-        parts.make(row, new_volume=volume is None, final_state=SandboxState.RUNNING)
-        return self.info(sandbox_id)
+        with self._pool.first_served():  # the warm pool's own boots wait for this one
+            if template == code_template.NAME:  # built on first use (a minute, once per host)
+                tmpl = code_template.ensure(parts.templates,
+                                            index_url=self.config.template_index_url)
+            else:
+                tmpl = parts.templates.get(template)
+            limits = _limits(self.config.limits, cpu, memory_mb, disk_mb)
+            timeout = validate.positive(timeout, "timeout", allow_none=False, maximum=30 * 86400)
+            if not isinstance(network, bool) or not isinstance(persistent, bool):
+                raise InvalidArgumentError("network and persistent must be true or false")
+            envs = validate.envs(envs)
+            metadata = validate.metadata(metadata)
+            if network:
+                self.mode.check_network()
+            if self._pool.fits(tmpl.name, volume=volume, network=network, limits=limits.__dict__):
+                claimed = self._pool.claim(tmpl.name, timeout=float(timeout), persistent=persistent,
+                                           envs=envs, metadata=metadata, owner=owner)
+                if claimed is not None:
+                    return self.info(claimed)
+            sandbox_id = new_id()
+            now = time.time()
+            row = SandboxRow(
+                id=sandbox_id, template=tmpl.name, state=SandboxState.CREATING, created_at=now,
+                last_used=now, timeout=float(timeout), persistent=persistent, network=network,
+                volume_id=volume or f"vol-{sandbox_id[4:]}", envs=envs, metadata=metadata,
+                limits=limits.__dict__,
+                layers=[{"target": layer.target, "lowers": layer.lowers} for layer in tmpl.layers],
+                owner=owner,
+            )
+            parts.make(row, new_volume=volume is None, final_state=SandboxState.RUNNING)
+            return self.info(sandbox_id)
 
     def drain_pool(self) -> int:
         """Destroy every warm, unclaimed sandbox; returns how many."""

@@ -66,14 +66,27 @@ def connect(address: Address, connect_timeout: float, what: str) -> GuestConnect
         sock = socket.socket(
             socket.AF_INET6 if ":" in address[0] else socket.AF_INET, socket.SOCK_STREAM
         )
-    try:
-        sock.settimeout(connect_timeout)
-        sock.connect(address)
-    except OSError as exc:
-        sock.close()
-        raise GuestUnavailableError(
-            f"cannot connect to the guest agent at {address!r}: {exc}"
-        ) from exc
+    deadline = time.monotonic() + connect_timeout
+    while True:
+        try:
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
+            sock.connect(address)
+            break
+        except BlockingIOError as exc:
+            # A unix socket's full backlog (a burst of calls to one sandbox) answers EAGAIN
+            # at once instead of waiting: wait for room until the connect timeout.
+            if time.monotonic() < deadline:
+                time.sleep(0.002)
+                continue
+            sock.close()
+            raise GuestUnavailableError(
+                f"cannot connect to the guest agent at {address!r}: its queue stayed full"
+            ) from exc
+        except OSError as exc:
+            sock.close()
+            raise GuestUnavailableError(
+                f"cannot connect to the guest agent at {address!r}: {exc}"
+            ) from exc
     if not isinstance(address, str):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return GuestConnection(sock, what, cancel.current())

@@ -127,9 +127,11 @@ class GuestClient:
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
         cancel: Cancel | None = None,
+        user: str | None = None,
     ) -> ExecResult:
         """Run a command to completion, streaming output to the callbacks as it arrives
-        (or until ``cancel`` ends it: the guest kills the command)."""
+        (or until ``cancel`` ends it: the guest kills the command). ``user``: an account
+        of the sandbox to run it as (default root)."""
         req = {
             "op": "exec",
             "argv": list(argv),
@@ -141,6 +143,7 @@ class GuestClient:
             "background": False,
             # A cancellable caller shuts the connection down to stop it: the guest watches.
             "watch": cancel is not None or current_call() is not None,
+            **({"user": user} if user is not None else {}),
         }
         total = None if timeout is None else timeout + STREAM_GRACE
         conn = self._open(req, total, frame_timeout=total)
@@ -167,6 +170,7 @@ class GuestClient:
         env: dict[str, str] | None = None,
         max_output: int = 1 << 20,
         stdin_open: bool = False,
+        user: str | None = None,
     ) -> int:
         """Start a background process; it outlives this call. Returns its pid."""
         reply = self._call(
@@ -178,6 +182,7 @@ class GuestClient:
                 "max_output": max_output,
                 "stdin": stdin_open,
                 "background": True,
+                **({"user": user} if user is not None else {}),
             }
         )
         return int(field(reply, "pid", int))
@@ -290,6 +295,34 @@ class GuestClient:
             except GuestUnavailableError as exc:
                 conn.recv_after_send_failure(exc)
             return int(field(conn.final(), "size", int))
+        finally:
+            conn.close()
+
+    def read_tar(self, path: str) -> ReadStream:
+        """Stream the directory ``path`` as a tar archive, in chunks (made by the guest's
+        ``dir_pack``: hostile data, to be read with ``dir_unpack``). Errors such as
+        not_found are raised here, at call time."""
+        conn = self._open({"op": "tar_out", "path": path}, None)
+        try:
+            first = conn.recv()
+        except BaseException:
+            conn.close()
+            raise
+        return ReadStream(conn, first)
+
+    def write_tar(self, path: str, data: Iterable[bytes] | BinaryIO) -> dict[str, Any]:
+        """Extract a tar stream into the directory ``path`` (made if missing); returns the
+        guest's summary (counts and skipped entries), unchecked."""
+        conn = self._open({"op": "tar_in", "path": path}, None)
+        try:
+            conn.recv()  # "ready": the directory is there before we send the archive
+            try:
+                for chunk in payload_chunks(data):
+                    conn.send({}, chunk)
+                conn.send({"eof": True})
+            except GuestUnavailableError as exc:
+                conn.recv_after_send_failure(exc)
+            return conn.final()
         finally:
             conn.close()
 

@@ -10,6 +10,7 @@ from typing import IO, Any
 
 from agent_sandbox.errors import InvalidArgumentError, NotFoundError
 from agent_sandbox.models import (
+    TIMEOUT_EXIT_CODE,
     CodeContext,
     CommandResult,
     EntryInfo,
@@ -54,33 +55,39 @@ class GuestOps:
         cwd: str | None = None,
         envs: dict[str, str] | None = None,
         timeout: float | None = None,
-        stdin: str | bytes | None = None,
+        stdin: str | bytes | Iterable[bytes] | IO[bytes] | None = None,
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
+        user: str | None = None,
     ) -> CommandResult:
         cmd = validate.command(cmd)
+        user = validate.user(user)
         row = self._sandboxes.row(sandbox_id)
         cwd = validate.path(cwd or self._sandboxes.template_for(row).workdir, "cwd")
         timeout = validate.positive(timeout, "timeout", maximum=86400) or \
             self.config.command_timeout
         env = self._sandboxes.env(row, envs)
-        data = stdin.encode() if isinstance(stdin, str) else stdin
+        data = stdin.encode() if isinstance(stdin, str) else stdin  # or a stream of bytes
         result: ExecResult = self._call(sandbox_id, lambda g: g.exec(
             ["/bin/sh", "-c", cmd], cwd=cwd, env=env, timeout=timeout,
             max_output=self.config.max_output, stdin=data,
             on_stdout=_text_callback(on_stdout), on_stderr=_text_callback(on_stderr),
+            user=user,
         ), row)
+        if result.timed_out:  # killed at its deadline: one convention for every client
+            result.exit_code = TIMEOUT_EXIT_CODE
         return _command_result(result)
 
     def start(self, sandbox_id: str, cmd: str, cwd: str | None = None,
-              envs: dict[str, str] | None = None) -> int:
+              envs: dict[str, str] | None = None, user: str | None = None) -> int:
         cmd = validate.command(cmd)
+        user = validate.user(user)
         row = self._sandboxes.row(sandbox_id)
         cwd = validate.path(cwd or self._sandboxes.template_for(row).workdir, "cwd")
         env = self._sandboxes.env(row, envs)
         return self._call(sandbox_id, lambda g: g.start(
             ["/bin/sh", "-c", cmd], cwd=cwd, env=env, max_output=self.config.max_output,
-            stdin_open=True,
+            stdin_open=True, user=user,
         ), row)
 
     def process_output(self, sandbox_id: str, pid: int) -> ProcessOutput:

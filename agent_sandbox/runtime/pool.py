@@ -6,6 +6,8 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from agent_sandbox.runtime.config import EngineConfig
@@ -13,6 +15,7 @@ from agent_sandbox.runtime.guest_client import GuestClient, GuestUnavailableErro
 from agent_sandbox.runtime.sandboxes import Sandboxes
 from agent_sandbox.runtime.store import SandboxRow, SandboxState
 
+FIRST_CREATE_GRACE = 10.0  # seconds the pool waits for the first create after opening
 _ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 
 
@@ -27,6 +30,30 @@ class WarmPool:
         self.config = config
         self._stop = stop
         self.wake = threading.Event()
+        # Creates of this process under way: the pool waits for them (a new user's first
+        # call must not share two cores with the pool's boots).
+        self._creates = 0
+        self._idle = threading.Condition()
+        # The pool starts once the process's first create is done (or a while after
+        # the engine opens): that create is usually what opened it.
+        self._first_done = threading.Event()
+
+    @contextmanager
+    def first_served(self) -> Iterator[None]:
+        """Around a create that does not come from the pool: the pool waits meanwhile."""
+        with self._idle:
+            self._creates += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._creates -= 1
+                self._idle.notify_all()
+            self._first_done.set()
+
+    def _after_creates(self) -> None:
+        with self._idle:
+            self._idle.wait_for(lambda: self._creates == 0 or self._stop.is_set(), timeout=60)
 
     def fits(self, template: str, *, volume: str | None, network: bool,
              limits: dict[str, Any]) -> bool:
@@ -53,6 +80,7 @@ class WarmPool:
                     self.sandboxes.destroy(row, delete_volume=True)
 
     def run(self) -> None:
+        self._first_done.wait(timeout=FIRST_CREATE_GRACE)
         while not self._stop.is_set():
             self.wake.wait(timeout=30)
             self.wake.clear()
@@ -63,9 +91,11 @@ class WarmPool:
                     self._stop.wait(5)
 
     def _fill(self, template: str) -> None:
+        self._after_creates()
         tmpl = self.sandboxes.templates.get(template)
         store = self.sandboxes.store
         while not self._stop.is_set() and store.count_pooled(template) < self.config.pool_size:
+            self._after_creates()
             sandbox_id = new_id()
             now = time.time()
             row = SandboxRow(

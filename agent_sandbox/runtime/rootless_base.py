@@ -154,11 +154,9 @@ def _source_of(usr_path: str) -> str:
     return rest if os.path.lexists(rest) else usr_path
 
 
-def _copy_one(src: str, dest_root: Path, rel: str) -> None:
-    dst = dest_root / rel.lstrip("/")
-    if os.path.lexists(dst) or not os.path.realpath(dst.parent).startswith(
-            os.path.realpath(dest_root) + "/"):
-        return  # done, or under a copied symlink: never write outside the tree
+def _copy_one(src: str, dst: str) -> None:
+    if os.path.lexists(dst):
+        return  # done
     try:
         st = os.lstat(src)
     except OSError:
@@ -167,7 +165,7 @@ def _copy_one(src: str, dest_root: Path, rel: str) -> None:
         if stat.S_ISLNK(st.st_mode):
             os.symlink(os.readlink(src), dst)
         elif stat.S_ISDIR(st.st_mode):
-            dst.mkdir(exist_ok=True)
+            os.makedirs(dst, exist_ok=True)
             os.chmod(dst, stat.S_IMODE(st.st_mode) & 0o1777 | 0o700)
         elif stat.S_ISREG(st.st_mode):
             shutil.copyfile(src, dst)
@@ -176,8 +174,8 @@ def _copy_one(src: str, dest_root: Path, rel: str) -> None:
             # Times kept: bytecode is checked against its source's mtime.
             os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
     except OSError:
-        if not dst.is_dir():
-            dst.unlink(missing_ok=True)
+        if not os.path.isdir(dst) and os.path.lexists(dst):
+            os.unlink(dst)
 
 
 def digest() -> str:
@@ -221,11 +219,18 @@ def _build(usr_root: Path) -> None:
             usr = _to_usr(path)
             if usr:
                 wanted.setdefault(usr, _source_of(usr))
+    inside = os.path.realpath(usr_root) + "/"
+    safe: dict[str, bool] = {}  # parent directory -> inside the tree (checked once each)
+    # Sorted: a directory (or a symlink to one) is copied before anything below it.
     for usr in sorted(wanted):
-        src = wanted[usr]
-        rel = usr[len("/usr"):]
-        _copy_parents(usr_root, rel)
-        _copy_one(src, usr_root, rel)
+        rel = usr[len("/usr"):].lstrip("/")
+        parent = os.path.dirname(rel)
+        if parent not in safe:
+            _copy_parents(usr_root, rel)
+            safe[parent] = (os.path.realpath(os.path.join(usr_root, parent)) + "/"
+                            ).startswith(inside)
+        if safe[parent]:  # never write through a copied symlink out of the tree
+            _copy_one(wanted[usr], os.path.join(usr_root, rel))
     for rel in ("local/bin", "local/sbin", "local/lib", "local/share", "local/include",
                 "local/src", "lib/python3/dist-packages", "share"):
         (usr_root / rel).mkdir(parents=True, exist_ok=True)

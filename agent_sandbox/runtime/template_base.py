@@ -12,7 +12,9 @@ import hashlib
 import os
 import shutil
 import stat
+import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from agent_sandbox.runtime.templates import BASE, Layer, Template
@@ -20,6 +22,9 @@ from agent_sandbox.runtime.templates import BASE, Layer, Template
 _USR_MERGED_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 # Host files always hidden, whatever their mode.
 _ALWAYS_MASKED = ("shadow", "shadow-", "gshadow", "gshadow-", "machine-id")
+DEFAULT_UID = 1000  # the guest's users.DEFAULT_UID
+# Part of a snapshot's name: a change in how snapshots are made gives new ones.
+_SNAPSHOT_RECIPE = b"abx-etc-2 (uid 1000 is user)\n"
 
 
 def host_view_base(folder: Path) -> Template:
@@ -42,9 +47,13 @@ def user_copy_base(folder: Path) -> Template:
     """Rootless: a user-owned copy of part of the host (the user cannot idmap views)."""
     from agent_sandbox.runtime import rootless_base
 
-    skeleton = _skeleton(folder, merged=True)
-    etc = _ensure_etc_snapshot(folder)
-    usr = rootless_base.ensure_usr(folder)
+    # The copy of /usr is most of the work (a new user's first call waits for it): the
+    # skeleton and /etc are made meanwhile.
+    with ThreadPoolExecutor(1, thread_name_prefix="abx-base") as pool:
+        side = pool.submit(lambda: (_skeleton(folder, merged=True),
+                                    _ensure_etc_snapshot(folder)))
+        usr = rootless_base.ensure_usr(folder)
+        skeleton, etc = side.result()
     return Template(
         name=BASE, kind="base", created_at=skeleton.stat().st_mtime,
         layers=[Layer("/", [str(skeleton)]), Layer("/usr", [str(usr)]),
@@ -83,12 +92,13 @@ def _build_skeleton(folder: Path, skeleton: Path, *, merged: bool = False) -> No
             os.symlink(f"usr/{name}", tmp / name)
         elif host.is_dir():
             (tmp / name).mkdir()
-    # dpkg's database makes apt and dpkg work on top of the host's /usr.
+    # dpkg's database makes apt and dpkg work on top of the host's /usr. cp: a tenth of
+    # shutil.copytree's time for its ~3000 small files (on a new user's first call).
     if Path("/var/lib/dpkg").is_dir():
-        try:
-            shutil.copytree("/var/lib/dpkg", tmp / "var/lib/dpkg", symlinks=True)
-        except shutil.Error:
-            pass  # a non-root copy misses the root-only lock files: dpkg makes new ones
+        # A non-root copy misses the root-only lock files (cp says so and copies the
+        # rest): dpkg makes new ones.
+        subprocess.run(["cp", "-a", "--no-preserve=ownership", "--", "/var/lib/dpkg",
+                        str(tmp / "var/lib/dpkg")], capture_output=True)
     try:
         os.replace(tmp, skeleton)
     except OSError:  # someone else finished first: theirs is as good
@@ -98,7 +108,7 @@ def _build_skeleton(folder: Path, skeleton: Path, *, merged: bool = False) -> No
 def _etc_fingerprint(etc: Path) -> tuple[str, list[tuple[str, os.stat_result]]]:
     """What a snapshot would hold (world-readable entries) and a digest of it."""
     entries: list[tuple[str, os.stat_result]] = []
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(_SNAPSHOT_RECIPE)
     for dirpath, dirnames, filenames in os.walk(etc):
         dirnames.sort()
         for name in sorted(dirnames) + sorted(filenames):
@@ -117,6 +127,42 @@ def _etc_fingerprint(etc: Path) -> tuple[str, list[tuple[str, os.stat_result]]]:
             digest.update(f"{rel}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\0"
                           f"{st.st_uid}\0{st.st_gid}\n".encode())
     return digest.hexdigest()[:12], entries
+
+
+def _add_default_user(etc: Path) -> None:
+    """The sandboxes' unprivileged account, ``user`` (uid/gid 1000, home /home/user: the
+    guest makes the home and gives it /workspace on first use). A host account holding
+    id 1000 is left out: in a sandbox that id is ``user``."""
+    files = {name: etc / name for name in ("passwd", "group", "shadow")}
+    if any(path.is_symlink() for path in files.values()):
+        return  # never written through a link (it points into the host): the guest adds it
+    uid = str(DEFAULT_UID)
+    passwd = _lines(files["passwd"])
+    if any(line.split(":")[:1] == ["user"] for line in passwd):
+        return
+    gone = {line.split(":")[0] for line in passwd if line.split(":")[2:3] == [uid]}
+    shell = "/bin/bash" if Path("/bin/bash").exists() else "/bin/sh"
+    kept = {
+        "passwd": [ln for ln in passwd if ln.split(":")[2:3] != [uid]]
+        + [f"user:x:{uid}:{uid}::/home/user:{shell}"],
+        "group": [ln for ln in _lines(files["group"]) if ln.split(":")[2:3] != [uid]]
+        + [f"user:x:{uid}:"],
+    }
+    if files["shadow"].is_file():
+        kept["shadow"] = [ln for ln in _lines(files["shadow"]) if ln.split(":")[0] not in gone]
+        kept["shadow"].append("user:!::0:99999:7:::")
+    for name, lines in kept.items():
+        path = files[name]
+        mode = stat.S_IMODE(path.stat().st_mode) if path.is_file() else 0o644
+        path.write_text("\n".join(lines) + "\n")
+        os.chmod(path, mode)
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
 
 
 def _sanitized(path: Path) -> str:
@@ -177,6 +223,7 @@ def _ensure_etc_snapshot(folder: Path) -> Path:
                                if ":" in line)
             (tmp / name).write_text(text)
             os.chmod(tmp / name, 0o640)
+    _add_default_user(tmp)
     for name, text in (("hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n"),
                        # slirp4netns' DNS forwarder, for sandboxes with network=True
                        ("resolv.conf", "nameserver 10.0.2.3\n"),

@@ -20,17 +20,23 @@ import shlex
 import shutil
 import stat
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from dataclasses import replace as with_fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_sandbox.errors import InvalidArgumentError, NotFoundError
 from agent_sandbox.runtime import oci_image
 from agent_sandbox.runtime.oci_image import ProgressFn, resolve_in_root
+from agent_sandbox.runtime.rootfs_checks import check_shell
 from agent_sandbox.runtime.validate import is_env_name
+
+if TYPE_CHECKING:
+    from agent_sandbox.runtime.shared_templates import SharedTemplates
 
 BASE = "base"
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}\Z")
@@ -96,8 +102,12 @@ def validate_name(name: str) -> str:
 
 
 class TemplateStore:
-    def __init__(self, root: Path, assemble_base: Callable[[Path], Template]) -> None:
+    def __init__(self, root: Path, assemble_base: Callable[[Path], Template],
+                 shared: SharedTemplates | None = None) -> None:
         self.root = root
+        # The host's templates root built for every user (shared_templates.py): used
+        # before this store's own copy of the same name.
+        self.shared = shared
         # How this host mode makes ``base`` in its folder (template_base.py).
         self._assemble_base = assemble_base
         root.mkdir(parents=True, exist_ok=True)
@@ -105,7 +115,9 @@ class TemplateStore:
         # the engine (root, or the rootless user) reads them, through its own views.
         os.chmod(root, 0o700)
         self._base: Template | None = None
-        _sweep_leftovers(root)
+        # One assembly at a time: a warm pool filling and a first create both need base.
+        self._base_lock = threading.Lock()
+        sweep_leftovers(root)
 
     def path(self, name: str) -> Path:
         return self.root / validate_name(name)
@@ -114,20 +126,43 @@ class TemplateStore:
         validate_name(name)
         if name == BASE:
             return self.ensure_base()
+        shared = self.shared.load(name) if self.shared is not None else None
+        if shared is not None:
+            composed = self.compose_shared(shared)
+            if composed is not None:
+                return composed
         meta = self.path(name) / "template.json"
         if not meta.exists():
             known = ", ".join(t.name for t in self.list()) or "none"
             raise NotFoundError(f"template {name!r} not found (available: {known})")
         return Template.from_json(json.loads(meta.read_text()))
 
+    def compose_shared(self, shared: Template) -> Template | None:
+        """A shared template (its own layers) on this store's base; None if its tree
+        turns out not to be root's alone."""
+        from agent_sandbox.runtime.shared_templates import Untrusted
+
+        assert self.shared is not None
+        try:
+            layers = self.shared.layers_on(self.ensure_base(), shared, self.root)
+        except (Untrusted, OSError) as exc:
+            self.shared.refused(str(exc))
+            return None
+        return with_fields(shared, layers=layers)
+
     def exists(self, name: str) -> bool:
-        return name == BASE or (self.path(name) / "template.json").exists()
+        return name == BASE or (self.path(name) / "template.json").exists() or (
+            self.shared is not None and self.shared.load(name) is not None)
 
     def list(self) -> list[Template]:
-        out = [self.ensure_base()]
+        shared = [t for t in map(self.shared.load, self.shared.names()) if t is not None
+                  and t.name != BASE] if self.shared is not None else []
+        out = [self.ensure_base(), *shared]  # shared: their own layers (no mirror made)
+        seen = {BASE, *(t.name for t in shared)}
         for meta in sorted(self.root.glob("*/template.json")):
             # Dot dirs are imports in progress and removals: never listed.
-            if meta.parent.name != BASE and not meta.parent.name.startswith("."):
+            name = meta.parent.name
+            if name not in seen and not name.startswith("."):
                 out.append(Template.from_json(json.loads(meta.read_text())))
         return out
 
@@ -143,6 +178,9 @@ class TemplateStore:
             raise InvalidArgumentError("the base template is built in and cannot be removed")
         folder = self.path(name)
         if not (folder / "template.json").exists():
+            if self.shared is not None and self.shared.load(name) is not None:
+                self.shared.remove(name)  # root only; anyone else is told so
+                return
             raise NotFoundError(f"template {name!r} not found")
         # Rename first so a half-deleted template is never listed.
         trash = self.root / f".trash-{name}-{os.getpid()}-{time.time_ns()}"
@@ -157,6 +195,7 @@ class TemplateStore:
         """A template from a copy of ``source_dir`` (modes, ownership, links kept)."""
         self._check_new(name, replace)
         source = _check_source(Path(source_dir), self.root)
+        check_shell(source)  # before copying a large tree for nothing
         meta = _Meta.of(env, workdir, commands, description)
         with self._staging(name) as staging:
             rootfs = staging / _rootfs_dirname()
@@ -208,6 +247,9 @@ class TemplateStore:
             raise InvalidArgumentError("'base' is the built-in template; choose another name")
         if not isinstance(replace, bool):
             raise InvalidArgumentError("replace must be true or false")
+        if self.shared is not None and self.shared.load(name) is not None:
+            raise InvalidArgumentError(f"{name!r} is this host's shared template (in "
+                                       f"{self.shared.root}); choose another name")
         if self.exists(name) and not replace:
             raise InvalidArgumentError(f"template {name!r} already exists (pass replace=True "
                                        "to overwrite it)")
@@ -225,6 +267,7 @@ class TemplateStore:
     def _describe(self, name: str, kind: str, rootfs: Path, meta: _Meta,
                   inputs: dict[str, Any]) -> Template:
         final = self.path(name) / rootfs.name
+        check_shell(rootfs)
         _ensure_dir_inside(rootfs, meta.workdir)
         return Template(name=name, kind=kind, layers=[Layer("/", [str(final)])], env=meta.env,
                         workdir=meta.workdir, commands=meta.commands, build_inputs=inputs,
@@ -249,11 +292,14 @@ class TemplateStore:
         """The base template, assembled once per process; ``refresh_base`` picks up a
         changed host /etc (the engine's reaper calls it every few seconds)."""
         if self._base is None:
-            self._base = self._assemble_base(self.root / BASE)
+            with self._base_lock:
+                if self._base is None:
+                    self._base = self._assemble_base(self.root / BASE)
         return self._base
 
     def refresh_base(self) -> None:
-        self._base = self._assemble_base(self.root / BASE)
+        with self._base_lock:
+            self._base = self._assemble_base(self.root / BASE)
 
 
 _COMMAND_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
@@ -315,7 +361,7 @@ def _check_source(source: Path, store_root: Path) -> Path:
 
 
 # imports: filesystem ---------------------------------------------------------------------
-def _sweep_leftovers(root: Path) -> None:
+def sweep_leftovers(root: Path) -> None:
     """Delete imports and removals a dead process left half done (``.tmp-<name>-<pid>-<ns>``,
     ``.trash-...``); those of live processes are still in use."""
     for path in root.glob(".*-*-*"):

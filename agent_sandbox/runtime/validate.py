@@ -14,6 +14,9 @@ from agent_sandbox.models import CodeContext
 # fullmatch keeps a trailing newline out too.
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _ENV_NAME = re.compile(ENV_NAME_PATTERN)
+# An account inside a sandbox (``commands.run(user=...)``); the guest keeps an equal copy.
+USER_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$"
+_USER_NAME = re.compile(USER_NAME_PATTERN)
 _SANDBOX_ID = re.compile(r"^sbx-[a-z0-9]{10}\Z")
 _CODE_CONTEXT = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}\Z")
 DEFAULT_CONTEXT = "default"
@@ -101,4 +104,15 @@ def command(value: Any) -> str:
         raise InvalidArgumentError("command must be a non-empty string")
     if "\x00" in value:
         raise InvalidArgumentError("command contains a NUL byte")
+    return value
+
+
+def user(value: Any) -> str | None:
+    """An account to run as inside the sandbox (None: root, the default)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _USER_NAME.fullmatch(value):
+        raise InvalidArgumentError(f"user must be an account name such as 'user' or 'root' "
+                                   f"(letters, digits, '_', '.', '-'; at most 32), got "
+                                   f"{value!r}")
     return value

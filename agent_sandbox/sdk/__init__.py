@@ -15,7 +15,9 @@ from agent_sandbox.models import (
 )
 from agent_sandbox.sdk.async_sandbox import AsyncSandbox
 from agent_sandbox.sdk.commands import CommandHandle
+from agent_sandbox.sdk.pty import PtyHandle
 from agent_sandbox.sdk.sandbox import Sandbox
+from agent_sandbox.sdk.twin import max_threads, set_max_threads
 
 __all__ = [
     "AsyncSandbox",
@@ -28,8 +30,11 @@ __all__ = [
     "ExecutionError",
     "ProcessInfo",
     "ProcessOutput",
+    "PtyHandle",
     "Result",
     "Sandbox",
     "SandboxInfo",
     "TemplateInfo",
+    "max_threads",
+    "set_max_threads",
 ]

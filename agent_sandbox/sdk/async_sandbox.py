@@ -11,10 +11,12 @@ from agent_sandbox.models import SandboxInfo
 from agent_sandbox.providers.base import Provider
 from agent_sandbox.sdk.commands import CommandHandle, Commands
 from agent_sandbox.sdk.files import Files
+from agent_sandbox.sdk.pty import Pty, PtyHandle
 from agent_sandbox.sdk.sandbox import Sandbox
 from agent_sandbox.sdk.twin import AsyncTwin, async_twin_of
 
-__all__ = ["AsyncCommandHandle", "AsyncCommands", "AsyncFiles", "AsyncSandbox"]
+__all__ = ["AsyncCommandHandle", "AsyncCommands", "AsyncFiles", "AsyncPty", "AsyncPtyHandle",
+           "AsyncSandbox"]
 
 
 @async_twin_of(CommandHandle)
@@ -34,12 +36,25 @@ class AsyncFiles(AsyncTwin):
     """``sandbox.files`` for asyncio; ``read(format="stream")`` gives an async iterator."""
 
 
+@async_twin_of(PtyHandle)
+class AsyncPtyHandle(AsyncTwin):
+    """A terminal (``await handle.send_input(...)``, ``await handle.wait()``...)."""
+
+    pid: int
+
+
+@async_twin_of(Pty)
+class AsyncPty(AsyncTwin):
+    """``sandbox.pty`` for asyncio; ``on_data`` may be a coroutine function."""
+
+
 @async_twin_of(Sandbox)
 class AsyncSandbox(AsyncTwin):
     """A sandbox driven from asyncio: ``await AsyncSandbox.create()``, ``async with``."""
 
     commands: AsyncCommands
     files: AsyncFiles
+    pty: AsyncPty
 
     # Read by the MCP server (agent/): the provider, and the info last fetched (no I/O).
     @property

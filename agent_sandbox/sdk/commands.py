@@ -6,8 +6,14 @@ import threading
 from collections.abc import Callable
 from typing import Literal, overload
 
+from agent_sandbox.errors import InvalidArgumentError
 from agent_sandbox.models import CommandResult, ProcessInfo, ProcessOutput
-from agent_sandbox.providers.base import OutputCallback, Provider
+from agent_sandbox.providers.base import OutputCallback, Provider, StdinData
+
+
+def _as(user: str | None) -> dict[str, str]:
+    # Only when given: a Provider written before ``user`` existed still runs as root.
+    return {} if user is None else {"user": user}
 
 
 class CommandHandle:
@@ -57,31 +63,42 @@ class Commands:
     def run(self, cmd: str, cwd: str | None = ..., envs: dict[str, str] | None = ...,
             timeout: float = ..., background: Literal[False] = ...,
             on_stdout: OutputCallback | None = ..., on_stderr: OutputCallback | None = ...,
-            stdin: str | bytes | None = ...) -> CommandResult: ...
+            stdin: StdinData | None = ..., user: str | None = ...) -> CommandResult: ...
 
     @overload
     def run(self, cmd: str, cwd: str | None = ..., envs: dict[str, str] | None = ...,
             timeout: float = ..., *, background: Literal[True],
             on_stdout: OutputCallback | None = ..., on_stderr: OutputCallback | None = ...,
-            stdin: str | bytes | None = ...) -> CommandHandle: ...
+            stdin: str | bytes | None = ..., user: str | None = ...) -> CommandHandle: ...
 
     def run(self, cmd: str, cwd: str | None = None, envs: dict[str, str] | None = None,
             timeout: float = 60, background: bool = False,
             on_stdout: OutputCallback | None = None, on_stderr: OutputCallback | None = None,
-            stdin: str | bytes | None = None) -> CommandResult | CommandHandle:
+            stdin: StdinData | None = None,
+            user: str | None = None) -> CommandResult | CommandHandle:
         """Run ``cmd`` through ``sh -c`` inside the sandbox, in ``cwd`` (default: the
-        template's workdir, /workspace unless the template says otherwise).
+        template's workdir, /workspace unless the template says otherwise), as root or as
+        ``user`` (an account of the sandbox: ``"user"``, uid 1000, exists in every
+        template, with HOME /home/user; /workspace is its own).
 
         Foreground: returns when it ends, with exit code and output (the tail beyond the
-        output budget, ``truncated`` set). ``background=True``: returns a handle at once.
+        output budget, ``truncated`` set); past ``timeout`` it is killed and the result has
+        ``timed_out`` and exit code 124. ``stdin``: text, bytes, or a stream (chunks, or a
+        binary file such as ``sys.stdin.buffer``) read while the command runs.
+        ``background=True``: returns a handle at once (``stdin`` then text or bytes).
         """
         if background:
-            pid = self._provider.start(self._sandbox_id, cmd, cwd=cwd, envs=envs)
+            if stdin is not None and not isinstance(stdin, str | bytes):
+                raise InvalidArgumentError("a background command takes stdin as text or "
+                                           "bytes; stream more with handle.send_stdin()")
+            pid = self._provider.start(self._sandbox_id, cmd, cwd=cwd, envs=envs,
+                                       **_as(user))
             if stdin is not None:
                 self._provider.send_stdin(self._sandbox_id, pid, stdin)
             return CommandHandle(self._provider, self._sandbox_id, pid, on_stdout, on_stderr)
         return self._provider.run(self._sandbox_id, cmd, cwd=cwd, envs=envs, timeout=timeout,
-                                  stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr)
+                                  stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr,
+                                  **_as(user))
 
     def list(self) -> list[ProcessInfo]:
         return self._provider.processes(self._sandbox_id)

@@ -6,8 +6,9 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Literal, overload
 
 from agent_sandbox.errors import InvalidArgumentError
-from agent_sandbox.models import EntryInfo, FilesystemEvent
+from agent_sandbox.models import DirTransfer, EntryInfo, FilesystemEvent
 from agent_sandbox.providers.base import Provider
+from agent_sandbox.sdk import dirs
 from agent_sandbox.sdk.watch import WatchHandle
 
 DEFAULT_READ_MAX = 100 << 20  # bytes read into memory by read(); stream for more
@@ -100,3 +101,32 @@ class Files:
         stream = self._provider.watch_dir(self._sandbox_id, path, recursive=recursive,
                                           timeout=timeout)
         return WatchHandle(stream, on_event)
+
+    def upload_dir(self, local_dir: dirs.LocalPath, remote_dir: str) -> DirTransfer:
+        """Copy the contents of a local directory into ``remote_dir`` (made, with its
+        parents, if missing; files there are replaced), streamed as a tar archive.
+
+        Files, directories and symlinks are copied (symlinks as links, never followed);
+        permission bits without setuid/setgid/sticky; hard links become copies. Sockets,
+        fifos and devices are skipped, and so is a member that would go through a
+        symlink already in ``remote_dir``: each is listed in ``skipped`` with the reason.
+        """
+        return dirs.upload_dir(self._provider, self._sandbox_id, local_dir, remote_dir)
+
+    def download_dir(self, remote_dir: str, local_dir: dirs.LocalPath, *,
+                     max_bytes: int | None = dirs.DEFAULT_MAX_BYTES,
+                     max_entries: int | None = dirs.DEFAULT_MAX_ENTRIES,
+                     outside_links: bool = False) -> DirTransfer:
+        """Copy the contents of ``remote_dir`` into a local directory (made, with its
+        parents, if missing; files there are replaced), streamed as a tar archive.
+
+        What the sandbox sends is not trusted: nothing is written outside ``local_dir``
+        (no absolute or ``..`` names, nothing through a symlink, no setuid bits or
+        owners). Symlinks are kept as links; those pointing out of the tree (absolute,
+        or up past its top) are skipped unless ``outside_links=True``. The transfer
+        stops with an error past ``max_bytes`` archive bytes or ``max_entries`` entries
+        (None: no limit). ``skipped`` lists what was left out, and why.
+        """
+        return dirs.download_dir(self._provider, self._sandbox_id, remote_dir, local_dir,
+                                 max_bytes=max_bytes, max_entries=max_entries,
+                                 outside_links=outside_links)

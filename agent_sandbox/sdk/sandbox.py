@@ -20,6 +20,7 @@ from agent_sandbox.models import (
 from agent_sandbox.providers import Provider, default_provider
 from agent_sandbox.sdk.commands import Commands
 from agent_sandbox.sdk.files import Files
+from agent_sandbox.sdk.pty import Pty
 from agent_sandbox.sdk.twin import asks_provider
 
 F = TypeVar("F")
@@ -76,6 +77,7 @@ class Sandbox:
         self._provider = provider
         self.commands = Commands(provider, info.sandbox_id)
         self.files = Files(provider, info.sandbox_id)
+        self.pty = Pty(provider, info.sandbox_id)
 
     @classmethod
     @_signature(CREATE_SIGNATURE)

@@ -5,29 +5,87 @@
 event loop never blocks) and hands back async twins of what it returns (a
 ``CommandHandle`` becomes an ``AsyncCommandHandle``, a chunk iterator an async iterator).
 Signatures and docstrings are the sync ones. Callbacks (``on_stdout``, ``on_stderr``,
-``on_result``, ``on_event``) may be plain functions or coroutine functions.
+``on_result``, ``on_data``, ``on_event``) may be plain functions or coroutine functions.
 
 A property marked ``@asks_provider`` (its value is fetched, e.g. ``Sandbox.state``) is
 awaited on the twin: ``await sb.state``. Other properties are plain on both.
+
+The worker threads are this module's own pool, not the event loop's default executor
+(``asyncio.to_thread``: CPUs + 4 threads, so 6 calls at once on a 2-core host, whatever
+else the application wants). ``set_max_threads(n)`` sizes it: that many blocking calls run
+at once, the rest queue (threads start only as needed). The MCP servers size it from
+``ABX_MCP_MAX_CONCURRENCY``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
 import inspect
 import re
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, TypeVar
 
 from agent_sandbox.cancel import CallCancel
 
-CALLBACKS = frozenset({"on_stdout", "on_stderr", "on_result", "on_event"})
+CALLBACKS = frozenset({"on_stdout", "on_stderr", "on_result", "on_data", "on_event"})
 # Sync class -> its async twin, to convert what sync methods return.
 _TWINS: dict[type, type[AsyncTwin]] = {}
 
 T = TypeVar("T", bound="AsyncTwin")
 F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R")
+
+DEFAULT_MAX_THREADS = 64
+_pool_guard = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+_max_threads = DEFAULT_MAX_THREADS
+
+
+def set_max_threads(n: int) -> None:
+    """Let ``n`` blocking SDK calls run at once (default 64). Calls already running finish in
+    the pool they started in; new ones use a pool of the new size."""
+    global _pool, _max_threads
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"max threads must be a positive integer, got {n!r}")
+    with _pool_guard:
+        # The old pool is only dropped (no shutdown, so a call racing this one still gets
+        # in): once unreferenced, its threads finish their work and exit.
+        _pool, _max_threads = None, n
+
+
+def max_threads() -> int:
+    """How many blocking SDK calls may run at once."""
+    return _max_threads
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool
+    pool = _pool
+    if pool is None:
+        with _pool_guard:
+            if _pool is None:
+                _pool = ThreadPoolExecutor(_max_threads, thread_name_prefix="abx-sdk")
+            pool = _pool
+    return pool
+
+
+async def in_thread(fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
+    """``fn(*args, **kwargs)`` in the SDK's pool (``asyncio.to_thread`` without its cap).
+    Cancelling the caller stops what ``fn`` started (the thread itself cannot be stopped:
+    it ends once the guest connections it opened are shut down)."""
+    loop = asyncio.get_running_loop()
+    cancel = CallCancel()
+    call = functools.partial(contextvars.copy_context().run, cancel.run, fn, *args, **kwargs)
+    try:
+        return await loop.run_in_executor(_executor(), call)
+    except asyncio.CancelledError:
+        cancel.cancel()
+        raise
 
 
 def asks_provider(getter: F) -> F:
@@ -81,25 +139,14 @@ def to_async(value: Any) -> Any:
 async def _async_chunks(chunks: Iterator[Any]) -> AsyncIterator[Any]:
     end = object()
     try:
-        while (item := await asyncio.to_thread(next, chunks, end)) is not end:
+        while (item := await in_thread(next, chunks, end)) is not end:
             yield item
     finally:
         close = getattr(chunks, "close", None)
         if close is not None:
             # ValueError: a cancelled next() still runs in its thread; it closes at its end.
             with contextlib.suppress(ValueError):
-                await asyncio.to_thread(close)
-
-
-async def in_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``fn`` in a worker thread; cancelling the caller stops what ``fn`` started (the
-    thread itself cannot be stopped: it ends when its guest connections are shut down)."""
-    call = CallCancel()
-    try:
-        return await asyncio.to_thread(call.run, fn, *args, **kwargs)
-    except asyncio.CancelledError:
-        call.cancel()
-        raise
+                await in_thread(close)
 
 
 def _bridge(callback: Callable[[Any], Any] | None,
@@ -120,10 +167,23 @@ async def _await(awaitable: Any) -> None:
     await awaitable
 
 
+def _first_callback(signature: inspect.Signature) -> int | None:
+    """Where the first callback parameter is among the positional ones (None: it has no
+    callback parameter), so calls that pass no callback skip ``bind`` (the sync method
+    still raises the TypeError of a bad call)."""
+    names = [p.name for p in signature.parameters.values()
+             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    hits = [i for i, name in enumerate(names) if name in CALLBACKS]
+    return hits[0] if hits else None
+
+
 def _bridge_arguments(signature: inspect.Signature, args: tuple[Any, ...],
-                      kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+                      kwargs: dict[str, Any], first: int | None = 0
+                      ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The call's arguments with its callbacks made callable from a worker thread (a bad
-    call raises the TypeError the sync method would)."""
+    call raises the TypeError the sync method would). ``first``: see _first_callback."""
+    if first is None or (len(args) <= first and all(kwargs.get(n) is None for n in CALLBACKS)):
+        return args, kwargs
     bound = signature.bind(*args, **kwargs)
     names = CALLBACKS & bound.arguments.keys()
     if names:
@@ -157,9 +217,10 @@ def _named(fn: Callable[..., Any], like: Callable[..., Any], owner: type) -> Non
 
 def _method(name: str, function: Callable[..., Any], owner: type) -> Callable[..., Any]:
     signature = _without_first(inspect.signature(function))
+    first = _first_callback(signature)
 
     async def method(self: AsyncTwin, *args: Any, **kwargs: Any) -> Any:
-        args, kwargs = _bridge_arguments(signature, args, kwargs)
+        args, kwargs = _bridge_arguments(signature, args, kwargs, first)
         return to_async(await in_thread(getattr(self._sync, name), *args, **kwargs))
 
     _named(method, function, owner)
@@ -169,9 +230,10 @@ def _method(name: str, function: Callable[..., Any], owner: type) -> Callable[..
 def _classmethod(name: str, sync_class: type, owner: type) -> classmethod[Any, Any, Any]:
     bound_sync = getattr(sync_class, name)
     signature = inspect.signature(bound_sync)
+    first = _first_callback(signature)
 
     async def method(cls: type[AsyncTwin], *args: Any, **kwargs: Any) -> Any:
-        args, kwargs = _bridge_arguments(signature, args, kwargs)
+        args, kwargs = _bridge_arguments(signature, args, kwargs, first)
         out = await in_thread(bound_sync, *args, **kwargs)
         # A subclass of the twin gets instances of itself, as ``cls(...)`` gives in sync.
         return cls._wrap(out) if type(out) is sync_class else to_async(out)
@@ -183,7 +245,7 @@ def _classmethod(name: str, sync_class: type, owner: type) -> classmethod[Any, A
 def _property(name: str, prop: property) -> property:
     if getattr(prop.fget, "asks_provider", False):
         def fetch(self: AsyncTwin) -> Any:
-            return asyncio.to_thread(getattr, self._sync, name)  # awaited by the caller
+            return in_thread(getattr, self._sync, name)  # awaited by the caller
 
         return property(fetch, doc=prop.__doc__)
     return property(lambda self: getattr(self._sync, name), doc=prop.__doc__)
@@ -194,7 +256,7 @@ def _context_manager(cls: type) -> None:
         return self
 
     async def aexit(self: AsyncTwin, *exc: Any) -> None:
-        await asyncio.to_thread(self._sync.__exit__, *exc)
+        await in_thread(self._sync.__exit__, *exc)
 
     cls.__aenter__ = aenter  # type: ignore[attr-defined]
     cls.__aexit__ = aexit  # type: ignore[attr-defined]

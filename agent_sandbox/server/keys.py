@@ -103,11 +103,20 @@ class KeyStore:
         key_id = "key-" + secrets.token_hex(6)
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         now = time.time()
-        self._db().execute(
+        name = name.strip()
+        # One statement: two creates of one name at once cannot both pass the check.
+        added = self._db().execute(
             "INSERT INTO keys (id, name, hash, admin, created_at, revoked_at, max_sandboxes,"
-            " max_commands) VALUES (?, ?, ?, ?, ?, NULL, ?, ?)",
-            (key_id, name.strip(), _hash(token), int(admin), now, *limits))
-        return ApiKey(key_id, name.strip(), admin, now, None, *limits), token
+            " max_commands) SELECT ?, ?, ?, ?, ?, NULL, ?, ? WHERE NOT EXISTS (SELECT 1 FROM"
+            " keys WHERE name = ? AND revoked_at IS NULL)",
+            (key_id, name, _hash(token), int(admin), now, *limits, name)).rowcount
+        if not added:
+            taken = self._named(name, live_only=True)
+            ids = ", ".join(k.id for k in taken) or "?"
+            raise InvalidArgumentError(
+                f"a live key named {name!r} exists already ({ids}); names pick a key for "
+                f"`abx keys revoke`, so choose another name (or revoke {ids} first)")
+        return ApiKey(key_id, name, admin, now, None, *limits), token
 
     def list(self) -> list[ApiKey]:
         rows = self._db().execute(
@@ -115,13 +124,33 @@ class KeyStore:
             "FROM keys ORDER BY created_at").fetchall()
         return [_key(r) for r in rows]
 
+    def _named(self, name: str, live_only: bool = False) -> list[ApiKey]:
+        rows = self._db().execute(
+            "SELECT id, name, admin, created_at, revoked_at, max_sandboxes, max_commands "
+            "FROM keys WHERE name = ? ORDER BY created_at", (name,)).fetchall()
+        keys = [_key(r) for r in rows]
+        return [k for k in keys if not k.revoked] if live_only else keys
+
     def get(self, key_id: str) -> ApiKey:
+        """By id, or by a name only one key has (if several do, the one live key among
+        them); an ambiguous name is refused with the ids to choose from."""
         row = self._db().execute(
             "SELECT id, name, admin, created_at, revoked_at, max_sandboxes, max_commands "
-            "FROM keys WHERE id = ? OR name = ?", (key_id, key_id)).fetchone()
-        if row is None:
-            raise NotFoundError(f"API key {key_id!r} not found")
-        return _key(row)
+            "FROM keys WHERE id = ?", (key_id,)).fetchone()
+        if row is not None:
+            return _key(row)
+        named = self._named(key_id)
+        if len(named) > 1:
+            live = [k for k in named if not k.revoked]
+            if len(live) == 1:
+                return live[0]
+            ids = ", ".join(f"{k.id} ({'revoked' if k.revoked else 'live'})" for k in named)
+            raise InvalidArgumentError(f"{len(named)} API keys are named {key_id!r}: {ids}; "
+                                       "give the id instead (`abx keys list` shows them)")
+        if not named:
+            raise NotFoundError(f"API key {key_id!r} not found (give a key id or name; "
+                                "`abx keys list` shows them)")
+        return named[0]
 
     def revoke(self, key_id: str) -> ApiKey:
         """Revoke by id (or name); effective on the gateway's next request."""

@@ -143,12 +143,15 @@ class PeerGuard:
         message = (f"{who} may not use this abx daemon: only root and members of group "
                    f"{self.group!r} may (an administrator can run "
                    f"`usermod -aG {self.group} <user>`; the user then logs in again)")
-        if scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": 1008})
-            return
         body = json.dumps({"code": PermissionDeniedError.code, "message": message,
                            "details": {"group": self.group}}).encode()
-        await send({"type": "http.response.start", "status": 403,
+        prefix = "http"
+        if scope["type"] == "websocket":  # a terminal: the same answer, to its handshake
+            if "websocket.http.response" not in scope.get("extensions", {}):
+                await send({"type": "websocket.close", "code": 1008})
+                return
+            prefix = "websocket.http"
+        await send({"type": f"{prefix}.response.start", "status": 403,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await send({"type": f"{prefix}.response.body", "body": body})

@@ -17,6 +17,7 @@ from agent_sandbox.server.keys import ApiKey
 
 SANDBOX_RETRY_AFTER = 30
 COMMAND_RETRY_AFTER = 1
+TERMINALS_PER_KEY = 64  # terminal attachments (WebSockets) one key holds open at once
 
 
 class Quotas:
@@ -24,6 +25,7 @@ class Quotas:
         self._lock = threading.Lock()
         self._creating: Counter[str] = Counter()
         self._running: Counter[str] = Counter()
+        self._terminals: Counter[str] = Counter()
 
     @contextmanager
     def sandbox_slot(self, key: ApiKey | None, live: Callable[[], int]) -> Iterator[None]:
@@ -64,3 +66,23 @@ class Quotas:
         finally:
             with self._lock:
                 self._running[key.id] -= 1
+
+    @contextmanager
+    def terminal_slot(self, key: ApiKey | None) -> Iterator[None]:
+        """Held while a terminal attachment is open (each holds a gateway thread)."""
+        if key is None:
+            yield
+            return
+        with self._lock:
+            if self._terminals[key.id] >= TERMINALS_PER_KEY:
+                raise ResourceExhaustedError(
+                    f"API key {key.name!r} already has {TERMINALS_PER_KEY} terminals attached; "
+                    "disconnect one first",
+                    details={"quota": "terminals", "limit": TERMINALS_PER_KEY,
+                             "retry_after": COMMAND_RETRY_AFTER})
+            self._terminals[key.id] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._terminals[key.id] -= 1

@@ -208,6 +208,10 @@ Envs = Annotated[dict[str, str], WithJsonSchema({
 Command = Annotated[str, Field(json_schema_extra={
     "pattern": COMMAND_PATTERN, "description": "run by /bin/sh -c"}),
     AfterValidator(validate.command)]
+UserName = Annotated[str, Field(json_schema_extra={
+    "pattern": validate.USER_NAME_PATTERN, "description": "an account inside the sandbox "
+    "to run as (default root); `user` (uid 1000) exists in every template"}),
+    AfterValidator(validate.user)]
 Base64 = Annotated[str, Field(json_schema_extra={"pattern": BASE64_PATTERN})]
 Language = Annotated[str, Field(json_schema_extra={"enum": list(LANGUAGES)})]
 CodeContextId = Annotated[str, Field(json_schema_extra={"pattern": CODE_CONTEXT_PATTERN})]
@@ -260,12 +264,14 @@ class RunCommand(_Body):
     stdin: str | None = None
     stdin_base64: Base64 | None = Field(None, description="binary stdin, base64")
     stream: bool = Field(False, description="answer NDJSON events instead of one result")
+    user: UserName | None = None
 
 
 class StartProcess(_Body):
     cmd: Command
     cwd: Cwd | None = None
     envs: Envs | None = None
+    user: UserName | None = None
 
 
 class Started(BaseModel):

@@ -9,6 +9,7 @@ from agent_sandbox.errors import InvalidArgumentError
 from agent_sandbox.netutil import is_loopback
 from agent_sandbox.providers.engine_choice import DAEMON_GROUP
 from agent_sandbox.server.keys import KeyStore
+from agent_sandbox.server.tcp_listen import bind_tcp
 from agent_sandbox.settings import Settings
 
 
@@ -43,6 +44,12 @@ def serve(host: str = "127.0.0.1", port: int = 8080, api_keys_file: str | Path |
 
     keys = KeyStore(settings=settings)
     check_bind(host, keys)
-    print(f"abx gateway: serving on http://{host}:{port} (Ctrl-C stops it)", file=sys.stderr)
-    uvicorn.run(create_app(keys=keys, settings=settings), host=host, port=port,
-                log_level=log_level, timeout_keep_alive=30)
+    sock = bind_tcp(host, port)  # a busy port fails here, before "serving on"
+    try:
+        config = uvicorn.Config(create_app(keys=keys, settings=settings),
+                                log_level=log_level, timeout_keep_alive=30)
+        print(f"abx gateway: serving on http://{host}:{port} (Ctrl-C stops it)",
+              file=sys.stderr)
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()

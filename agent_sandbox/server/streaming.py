@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import threading
@@ -14,6 +15,7 @@ import anyio.from_thread
 import anyio.to_thread
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from agent_sandbox.cancel import CallCancel
 from agent_sandbox.errors import SandboxError
 from agent_sandbox.models import CommandResult
 from agent_sandbox.server.errors import log, sandbox_error_response
@@ -36,13 +38,16 @@ class _Failure:
 
 class _Pump:
     """Runs ``work`` in a thread, its events going through a bounded queue: the worker
-    blocks when the client reads slowly, so output is never piled up in the gateway; once
-    the client is gone, events are dropped and the work runs to its end (or its timeout).
-    ``slot`` (a quota) is held until then."""
+    blocks when the client reads slowly, so output is never piled up in the gateway. Once
+    the client is gone (it disconnected, or cancelled), the work is cancelled as an MCP
+    call is (``agent_sandbox.cancel``): a foreground command is killed, a code cell
+    interrupted, a wait just ends; the events left are dropped. ``slot`` (a quota) is held
+    until the work has ended."""
 
     def __init__(self, work: WorkFn, slot: AbstractContextManager[Any] | None) -> None:
         self.events: queue.Queue[Any] = queue.Queue(maxsize=256)
         self.gone = threading.Event()
+        self.call = CallCancel()
         self._work = work
         self._slot = slot
         threading.Thread(target=self._run, name="abx-gw-stream", daemon=True).start()
@@ -57,7 +62,7 @@ class _Pump:
 
     def _run(self) -> None:
         try:
-            self.put(self._work(self.put))
+            self.put(self.call.run(self._work, self.put))
         except SandboxError as exc:
             self.put(_Failure(exc))
         except Exception as exc:  # noqa: BLE001 - becomes an error event, not a hang
@@ -69,9 +74,20 @@ class _Pump:
             self.put(_DONE)
 
     async def next(self) -> Any:
-        return await anyio.to_thread.run_sync(self.events.get)
+        # Abandoned when the request is cancelled (the client went away while the work
+        # was silent); ``leave`` then wakes the thread left waiting.
+        return await anyio.to_thread.run_sync(self.events.get, abandon_on_cancel=True)
+
+    def leave(self, finished: bool) -> None:
+        """The client is gone: cancel the work if it is still going; drop its events."""
+        self.gone.set()
+        if not finished:
+            self.call.cancel()
+        with contextlib.suppress(queue.Full):
+            self.events.put_nowait(_DONE)
 
     async def lines(self, first: Any = None) -> AsyncIterator[bytes]:
+        finished = False
         try:
             event = first if first is not None else await self.next()
             while event is not _DONE:
@@ -79,8 +95,9 @@ class _Pump:
                     event = {"error": event.exc.to_dict()}
                 yield json.dumps(event).encode() + b"\n"
                 event = await self.next()
+            finished = True
         finally:
-            self.gone.set()
+            self.leave(finished)
 
 
 def ndjson_events(run: RunFn,
@@ -103,7 +120,7 @@ async def ndjson_response(work: WorkFn, slot: AbstractContextManager[Any] | None
     pump = _Pump(work, slot)
     first = await pump.next()
     if isinstance(first, _Failure):
-        pump.gone.set()
+        pump.leave(finished=True)
         return sandbox_error_response(first.exc)
     return StreamingResponse(pump.lines(first), media_type=NDJSON,
                              headers={"X-Accel-Buffering": "no"})

@@ -1,17 +1,26 @@
-"""``abx mcp deploy``: each target's files, the token handling, and the fc bootstrap running."""
+"""``abx mcp deploy``: each target's files, the token handling, the fc bootstrap running, the
+wheel the artifacts install, and the docker image built where a docker daemon runs."""
 
 from __future__ import annotations
 
+import email.parser
+import os
+import re
+import shutil
 import socket
 import stat
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import httpx2 as httpx
 import pytest
 from conftest import Abx
+
+from agent_sandbox import __version__
+from agent_sandbox.cli import deploy_files
 
 pytestmark = pytest.mark.integration
 
@@ -135,3 +144,97 @@ def test_kubernetes_artifact(abx: Abx, tmp_path: Path) -> None:
     assert token not in (out / "deployment.yaml").read_text()
     kustomization = yaml.safe_load((out / "kustomization.yaml").read_text())
     assert set(kustomization["resources"]) == {"secret.yaml", "deployment.yaml", "service.yaml"}
+
+
+PACKAGE = Path(__file__).resolve().parents[2] / "agent_sandbox"
+
+
+def test_the_wheel_the_artifact_installs(abx: Abx, tmp_path: Path) -> None:
+    """abx-sandbox built from this checkout: every module byte for byte (the guest too), the
+    abx entry point, and it installs offline into a fresh venv with --no-deps."""
+    out = tmp_path / "docker"
+    info = deploy(abx, "docker", out)
+    name = f"abx_sandbox-{__version__}-py3-none-any.whl"
+    assert info["package"]["wheel"] == name and name in info["files"]
+    assert str(PACKAGE.parent) in info["package"]["description"]
+    assert f'pip install --no-cache-dir "/tmp/{name}"' in (out / "Dockerfile").read_text()
+    source = {str(p.relative_to(PACKAGE.parent)): p.read_bytes() for p in PACKAGE.rglob("*")
+              if p.is_file() and "__pycache__" not in p.parts}
+    with zipfile.ZipFile(out / name) as whl:
+        members = {n for n in whl.namelist() if n.startswith("agent_sandbox/")}
+        assert members == set(source), members ^ set(source)
+        assert all(whl.read(n) == source[n] for n in members)
+        info_dir = f"abx_sandbox-{__version__}.dist-info"
+        meta = email.parser.Parser().parsestr(whl.read(f"{info_dir}/METADATA").decode())
+        entry_points = whl.read(f"{info_dir}/entry_points.txt").decode()
+    assert "agent_sandbox/guest/agent.py" in members and "agent_sandbox/py.typed" in members
+    assert meta["Name"] == "abx-sandbox" and meta["Version"] == __version__
+    assert re.search(r"^\[console_scripts\]\nabx = agent_sandbox\.cli\.main:main$",
+                     entry_points, re.M), entry_points
+    # A fresh venv, offline (no index, no config, no find-links), the wheel alone.
+    venv = tmp_path / "venv"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("PIP_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=env, timeout=300)
+    python = venv / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
+                    str(out / name)], check=True, env=env, cwd=tmp_path, timeout=300)
+    probe = subprocess.run(
+        [str(python), "-c", "import agent_sandbox, agent_sandbox.guest.server as g; "
+         "print(agent_sandbox.__version__, agent_sandbox.__file__, g.__name__)"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    version, where, _ = probe.stdout.split()
+    assert version == __version__ and where.startswith(str(venv))
+    assert "agent_sandbox.cli.main" in (venv / "bin" / "abx").read_text()
+
+
+def _docker_missing() -> str | None:
+    """Why no image can be built here (None: a daemon answers)."""
+    if shutil.which("docker") is None:
+        return "no docker command"
+    try:
+        r = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"],
+                           capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return "no docker daemon: `docker info` did not answer in 30 s"
+    if r.returncode != 0 or not r.stdout.strip():
+        lines = [ln.strip() for ln in (r.stderr or r.stdout).splitlines() if ln.strip()]
+        return "no docker daemon: " + (lines[-1] if lines else f"docker info exited {r.returncode}")
+    return None
+
+
+def _base_image_missing() -> str | None:
+    """Why the Dockerfile's base image cannot be had (None: present or pulled)."""
+    image = deploy_files.IMAGE_BASE
+    if subprocess.run(["docker", "image", "inspect", image], capture_output=True,
+                      timeout=60).returncode == 0:
+        return None
+    r = subprocess.run(["docker", "pull", image], capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        lines = [ln.strip() for ln in r.stderr.splitlines() if ln.strip()]
+        return f"Docker Hub unreachable (docker pull {image}: {lines[-1] if lines else '?'})"
+    return None
+
+
+def test_docker_image_builds_and_carries_the_engine(abx: Abx, tmp_path: Path) -> None:
+    reason = _docker_missing() or _base_image_missing()
+    if reason:
+        pytest.skip(reason)
+    out = tmp_path / "docker"
+    deploy(abx, "docker", out)  # no --base-url: the embedded engine's image
+    tag = f"abx-deploy-test:{os.getpid()}"
+    build = subprocess.run(["docker", "build", "-t", tag, str(out)], capture_output=True,
+                           text=True, timeout=1800)
+    assert build.returncode == 0, build.stderr[-4000:]
+    try:
+        probe = subprocess.run(
+            ["docker", "run", "--rm", "--entrypoint", "sh", tag, "-c",
+             "command -v runc mkfs.ext4 slirp4netns nft unshare /usr/bin/python3 && abx --version"
+             " && test ! -e /tmp/*.whl && ! ls /abx-mcp.env /src 2>/dev/null"],
+            capture_output=True, text=True, timeout=300)
+        assert probe.returncode == 0, probe.stdout + probe.stderr
+        assert f"abx {__version__}" in probe.stdout
+    finally:
+        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, timeout=120)

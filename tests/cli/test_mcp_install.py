@@ -103,6 +103,36 @@ def test_install_keeps_other_servers_mode_and_backs_up(abx: Abx, target: str) ->
     assert load(path) == before
 
 
+# What the user must still do, per client: phrases the installer's output must carry.
+NEXT = {
+    "cursor": ["Restart Cursor"],
+    "claude": ["Quit Claude Desktop completely"],
+    "vscode": ["Reload the VS Code window", "trust"],
+    "windsurf": ["Refresh the MCP servers in Windsurf"],
+    "claude-code": ["claude mcp list"],
+    "codex": ["codex mcp list"],
+    "gemini": ["trusted folders", "Disabled", "Trust folder", "/permissions", "/mcp"],
+}
+NEXT_PROJECT = {"claude-code": ["reset-project-choices"], "codex": ["trusted project"],
+                "gemini": [".gemini/settings.json"]}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_install_says_what_is_left_to_do(abx: Abx, target: str) -> None:
+    r = abx("mcp", "install", "--target", target)
+    said = " ".join(r.out.split())  # undo line wrapping
+    assert "Next:" in said
+    for phrase in NEXT[target]:
+        assert phrase in said, (phrase, r.out)
+    steps = abx("mcp", "install", "--target", target, "--json").json()["next"]
+    assert isinstance(steps, list) and all(isinstance(s, str) and s for s in steps)
+    for phrase in NEXT_PROJECT.get(target, []):
+        assert not any(phrase in s for s in steps), phrase  # user scope: not said
+        project = abx("mcp", "install", "--target", target, "--scope", "project",
+                      "--json").json()["next"]
+        assert any(phrase in s for s in project), (phrase, project)
+
+
 def test_status_flags_flip(abx: Abx) -> None:
     flags = [f"installed_{t.replace('-', '_')}" for t in TARGETS]
     status = abx("mcp", "status", "--json").json()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -83,6 +84,25 @@ def test_template_build_list_remove(abx: Abx, tmp_path: Path) -> None:
     assert name not in {t["name"] for t in abx("template", "list", "--json").json()}
     assert "does not exist" in abx("template", "build", "x", str(tmp_path / "nope"),
                                    check=2).err
+
+
+def test_template_build_code_interpreter_says_which_index_failed(abx: Abx, tmp_path: Path
+                                                                 ) -> None:
+    """``abx template build code-interpreter-v1`` from an index nobody answers on fails at
+    once, naming it and the fix; other names still need a source."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}/simple"
+    env = {"ABX_SHARED_TEMPLATES_DIR": str(tmp_path / "shared")}  # nothing built there
+    r = abx("template", "build", "code-interpreter-v1", "--index-url", url, "--replace",
+            env=env, check=1)
+    assert f"its package index {url} is unreachable" in r.err, r.err
+    assert "abx template build code-interpreter-v1 --index-url URL" in r.err, r.err
+    assert not (tmp_path / "shared" / "code-interpreter-v1").exists()
+    assert "only code-interpreter-v1 is built without one" in abx(
+        "template", "build", "mytools", check=2).err
+    assert "--index-url is for code-interpreter-v1" in abx(
+        "template", "build", "mytools", str(tmp_path), "--index-url", url, check=2).err
 
 
 def test_doctor(abx: Abx) -> None:

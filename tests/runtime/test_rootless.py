@@ -204,9 +204,10 @@ def test_mcp_stdio_as_unprivileged_user(user: Any) -> None:
     assert not (_data_dir(user) / "sandboxes" / seen["sid"]).exists()
 
 
-def test_run_code_as_unprivileged_user(user: Any) -> None:
-    """What an IDE gets by default: the STDIO server's code-interpreter-v1, built in the
-    user's own data dir, and a real kernel in a rootless sandbox."""
+def test_run_code_as_unprivileged_user(user: Any, code_template: str) -> None:
+    """What an IDE gets by default: the STDIO server's code-interpreter-v1, the one root
+    built for every user (no copy in the user's data dir), and a real kernel in a
+    rootless sandbox."""
     argv = user.argv([user.python(), "-m", "agent_sandbox.agent.mcp"])
     params = StdioServerParameters(command=argv[0], args=argv[1:], cwd=str(user.home),
                                    env=user.env(ABX_MCP_AUDIT_LOG=""))
@@ -223,7 +224,8 @@ def test_run_code_as_unprivileged_user(user: Any) -> None:
             assert not err and data["results"][0]["text"] == "42", text
 
     anyio.run(main)
-    assert (_data_dir(user) / "templates" / "code-interpreter-v1").is_dir()
+    assert not (_data_dir(user) / "templates" / code_template).exists()
+    assert (_data_dir(user) / "templates" / "_shared" / code_template).is_dir()
 
 
 def test_doctor_as_unprivileged_user(user: Any) -> None:

@@ -336,8 +336,10 @@ def test_hostile_members_refused(store: TemplateStore, name: str, tmp_path: Path
 def test_symlink_escapes_neutralised(store: TemplateStore, name: str, tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
+    shell = _busybox_rootfs(tmp_path / "sh")
 
     def layer(tf: tarfile.TarFile) -> None:
+        tf.add(shell, arcname=".")  # a template needs its /bin/sh
         _entry(tf, "esc", tarfile.SYMTYPE, str(outside))
         _file(tf, "esc/evil", b"x")
         _entry(tf, "up", tarfile.SYMTYPE, "../../../../../..")

@@ -20,6 +20,7 @@ from agent_sandbox.models import (
     CodeContext,
     CommandResult,
     CreateOptions,
+    DirTransfer,
     EntryInfo,
     Execution,
     ProcessInfo,
@@ -29,9 +30,10 @@ from agent_sandbox.models import (
     TemplateInfo,
     VolumeInfo,
 )
-from agent_sandbox.providers.base import OutputCallback, ResultCallback
+from agent_sandbox.providers.base import OutputCallback, ResultCallback, StdinData
 from agent_sandbox.providers.remote.transport import Transport, iter_bytes
 from agent_sandbox.providers.remote.watch import RemoteWatch
+from agent_sandbox.pty_session import DataCallback, PtySession
 
 _CHUNK = 1 << 20
 
@@ -59,6 +61,11 @@ def _stdin_fields(data: str | bytes | None, key: str = "stdin") -> dict[str, Any
     if isinstance(data, bytes | bytearray | memoryview):
         return {f"{key}_base64": base64.b64encode(bytes(data)).decode()}
     return {key: data}  # let the gateway reject it with the engine's message
+
+
+def _user_field(user: str | None) -> dict[str, Any]:
+    # Sent only when given: a gateway from before ``user`` existed still runs the rest.
+    return {} if user is None else {"user": user}
 
 
 def _body_chunks(data: bytes | str | Iterable[bytes] | IO[bytes]) -> bytes | Iterator[bytes]:
@@ -168,18 +175,24 @@ class RemoteProvider:
 
     def run(self, sandbox_id: str, cmd: str, cwd: str | None = None,
             envs: dict[str, str] | None = None, timeout: float | None = None,
-            stdin: str | bytes | None = None, on_stdout: OutputCallback | None = None,
-            on_stderr: OutputCallback | None = None) -> CommandResult:
+            stdin: StdinData | None = None, on_stdout: OutputCallback | None = None,
+            on_stderr: OutputCallback | None = None, user: str | None = None
+            ) -> CommandResult:
+        if stdin is not None and not isinstance(stdin, str | bytes | bytearray | memoryview):
+            from agent_sandbox.providers.remote.stdin_run import run_fed
+
+            return run_fed(self, sandbox_id, cmd, cwd=cwd, envs=envs, timeout=timeout,
+                           stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr, user=user)
         url = self._sb(sandbox_id, "/commands")
         body = {"cmd": cmd, "cwd": cwd, "envs": envs, "timeout": timeout,
-                **_stdin_fields(stdin)}
+                **_stdin_fields(stdin), **_user_field(user)}
         if on_stdout or on_stderr:
             return self._streamed(url, body, on_stdout, on_stderr)
         return CommandResult(**self._call("POST", url, json=body, replayable=False))
 
     def start(self, sandbox_id: str, cmd: str, cwd: str | None = None,
-              envs: dict[str, str] | None = None) -> int:
-        body = {"cmd": cmd, "cwd": cwd, "envs": envs}
+              envs: dict[str, str] | None = None, user: str | None = None) -> int:
+        body = {"cmd": cmd, "cwd": cwd, "envs": envs, **_user_field(user)}
         return int(self._call("POST", self._sb(sandbox_id, "/processes"), json=body,
                               replayable=False)["pid"])
 
@@ -319,6 +332,38 @@ class RemoteProvider:
             params["timeout"] = timeout
         return RemoteWatch(self._http.open_stream("GET", self._sb(sandbox_id, "/files/watch"),
                                                   params=params))
+
+    def read_dir_archive(self, sandbox_id: str, path: str) -> Iterator[bytes]:
+        # Opened now, so a missing directory raises here, as it does locally.
+        response = self._http.open_stream("GET", self._sb(sandbox_id, "/files/archive"),
+                                          params={"path": path})
+        return iter_bytes(response)
+
+    def write_dir_archive(self, sandbox_id: str, path: str,
+                          data: Iterable[bytes] | IO[bytes]) -> DirTransfer:
+        content = _body_chunks(data)
+        return DirTransfer(**self._call("PUT", self._sb(sandbox_id, "/files/archive"),
+                                        params={"path": path}, content=content,
+                                        replayable=isinstance(content, bytes),
+                                        headers={"Content-Type": "application/x-tar"}))
+
+    # terminals --------------------------------------------------------------------------
+    def pty_open(self, sandbox_id: str, pid: int | None = None, *, cols: int = 80,
+                 rows: int = 24, cwd: str | None = None, envs: dict[str, str] | None = None,
+                 cmd: str | None = None, on_data: DataCallback | None = None,
+                 user: str | None = None) -> PtySession:
+        from agent_sandbox.providers.remote.pty import open_remote_pty
+
+        first: dict[str, Any] = {"pid": pid} if pid is not None else {
+            "cols": cols, "rows": rows, "cwd": cwd, "envs": envs, "cmd": cmd, "user": user}
+        return open_remote_pty(self._http, self._sb(sandbox_id, "/pty"), first, on_data,
+                               lambda pid, sig: self.pty_kill(sandbox_id, pid, sig))
+
+    def pty_kill(self, sandbox_id: str, pid: int, sig: int = 9) -> bool:
+        if isinstance(pid, bool) or not isinstance(pid, int):
+            _validate().positive(pid, "pid", allow_none=False, integer=True)
+        return bool(self._call("POST", self._sb(sandbox_id, f"/pty/{int(pid)}/kill"),
+                               json={"signal": int(sig)})["killed"])
 
     # templates and volumes --------------------------------------------------------------
     def list_templates(self) -> list[TemplateInfo]:

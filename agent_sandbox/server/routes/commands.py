@@ -51,7 +51,8 @@ def _streamed(run: RunFn, slot: Any = None) -> StreamingResponse:
 def run_command(sandbox_id: SandboxId, body: RunCommand, state: State,
                 who: Caller) -> CommandResult:
     stdin = _bytes(body.stdin, body.stdin_base64, "stdin")
-    kw = {"cwd": body.cwd, "envs": body.envs, "timeout": body.timeout, "stdin": stdin}
+    kw = {"cwd": body.cwd, "envs": body.envs, "timeout": body.timeout, "stdin": stdin,
+          "user": body.user}
     slot = state.quotas.command_slot(who.key)
     if body.stream:
         slot.__enter__()  # 429 now, as a status; released when the command ends
@@ -63,7 +64,8 @@ def run_command(sandbox_id: SandboxId, body: RunCommand, state: State,
 
 @router.post("/processes", status_code=201)
 def start_process(sandbox_id: SandboxId, body: StartProcess, state: State) -> Started:
-    return Started(pid=state.provider.start(sandbox_id, body.cmd, cwd=body.cwd, envs=body.envs))
+    return Started(pid=state.provider.start(sandbox_id, body.cmd, cwd=body.cwd, envs=body.envs,
+                                            user=body.user))
 
 
 @router.get("/processes")

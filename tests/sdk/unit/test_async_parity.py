@@ -15,13 +15,20 @@ from typing import Any
 import pytest
 
 from agent_sandbox import AsyncSandbox, Sandbox
-from agent_sandbox.sdk.async_sandbox import AsyncCommandHandle, AsyncCommands, AsyncFiles
+from agent_sandbox.sdk.async_sandbox import (
+    AsyncCommandHandle,
+    AsyncCommands,
+    AsyncFiles,
+    AsyncPty,
+    AsyncPtyHandle,
+)
 from agent_sandbox.sdk.commands import CommandHandle, Commands
 from agent_sandbox.sdk.files import Files
+from agent_sandbox.sdk.pty import Pty, PtyHandle
 from agent_sandbox.sdk.twin import AsyncTwin, async_twin_of, public_members
 
 PAIRS = [(Sandbox, AsyncSandbox), (Commands, AsyncCommands), (Files, AsyncFiles),
-         (CommandHandle, AsyncCommandHandle)]
+         (CommandHandle, AsyncCommandHandle), (Pty, AsyncPty), (PtyHandle, AsyncPtyHandle)]
 
 
 def _kind(member: Any) -> str:

@@ -4,12 +4,14 @@ kinds, iterators as async iterators, awaited ``@asks_provider`` properties."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
+from agent_sandbox.sdk import twin as twin_module
 from agent_sandbox.sdk.twin import AsyncTwin, asks_provider, async_twin_of
 
 
@@ -37,6 +39,9 @@ class Counter:
             if on_stdout:
                 on_stdout(str(i))
         return upto
+
+    def meet(self, barrier: threading.Barrier) -> int:
+        return barrier.wait()  # BrokenBarrierError unless all parties run at once
 
     def chunks(self) -> Iterator[bytes]:
         yield from (b"a", b"b")
@@ -82,3 +87,26 @@ def test_callbacks_plain_or_coroutine_and_conversions() -> None:
             await twin.count()
 
     asyncio.run(main())
+
+
+def test_more_calls_at_once_than_the_default_executor_allows() -> None:
+    """asyncio.to_thread's pool has CPUs + 4 threads; the SDK's has 64 (set_max_threads):
+    a barrier of CPUs + 5 parties is passed only if every call runs at the same time."""
+    parties = min(twin_module.DEFAULT_MAX_THREADS, (os.cpu_count() or 1) + 5)
+
+    async def main(n: int) -> list[int]:
+        barrier = threading.Barrier(n, timeout=30)
+        twin = AsyncCounter(0)
+        return await asyncio.gather(*(twin.meet(barrier) for _ in range(n)))
+
+    assert twin_module.max_threads() == twin_module.DEFAULT_MAX_THREADS
+    assert sorted(asyncio.run(main(parties))) == list(range(parties))
+    twin_module.set_max_threads(parties + 10)
+    try:
+        assert twin_module.max_threads() == parties + 10
+        assert sorted(asyncio.run(main(parties + 10))) == list(range(parties + 10))
+    finally:
+        twin_module.set_max_threads(twin_module.DEFAULT_MAX_THREADS)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="positive integer"):
+            twin_module.set_max_threads(bad)  # type: ignore[arg-type]

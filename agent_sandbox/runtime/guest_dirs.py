@@ -1,0 +1,57 @@
+"""Directory transfers of the engine: a sandbox directory as a tar stream out, a tar stream
+extracted into one, both carried out by the guest (``guest/dir_ops.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import IO, Any
+
+from agent_sandbox.guest.dir_pack import MAX_NOTE, MAX_NOTES
+from agent_sandbox.models import DirTransfer
+from agent_sandbox.runtime import validate
+from agent_sandbox.runtime.guest_client import GuestClient, GuestProtocolError, field
+from agent_sandbox.runtime.sandboxes import Sandboxes
+
+
+def transfer_summary(raw: dict[str, Any]) -> DirTransfer:
+    """The guest's summary of an extraction, checked: counts are whole numbers, the notes
+    a short list of short strings."""
+    counts = {key: field(raw, key, int, 0) for key in ("files", "dirs", "symlinks", "bytes")}
+    notes = field(raw, "skipped", list, [])
+    if len(notes) > MAX_NOTES + 1 or not all(isinstance(n, str) for n in notes):
+        raise GuestProtocolError("the guest sent an invalid list of skipped entries")
+    return DirTransfer(files=counts["files"], dirs=counts["dirs"], symlinks=counts["symlinks"],
+                       size=counts["bytes"], skipped=[n[:MAX_NOTE] for n in notes])
+
+
+class DirOps:
+    """Mixed into the engine: ``_sandboxes`` is its lifecycle."""
+
+    _sandboxes: Sandboxes
+
+    def read_dir_archive(self, sandbox_id: str, path: str) -> Iterator[bytes]:
+        """The directory ``path`` in the sandbox as tar chunks (members relative to it).
+        Errors (missing, not a directory) are raised here; the chunks come from the sandbox
+        and are hostile (``files.download_dir`` extracts them with ``dir_unpack``)."""
+        path = validate.path(path)
+        chunks = self._sandboxes.call(sandbox_id, lambda g: g.read_tar(path))
+        first = next(chunks, None)
+
+        def stream() -> Iterator[bytes]:
+            with self._sandboxes.activity.busy(sandbox_id):  # a long download is activity
+                if first is not None:
+                    yield first
+                yield from chunks
+
+        return stream()
+
+    def write_dir_archive(self, sandbox_id: str, path: str,
+                          data: Iterable[bytes] | IO[bytes]) -> DirTransfer:
+        """Extract a tar stream into the directory ``path`` in the sandbox (made with its
+        parents if missing), confined to it."""
+        path = validate.path(path)
+
+        def extract(guest: GuestClient) -> dict[str, Any]:
+            return guest.write_tar(path, data)
+
+        return transfer_summary(self._sandboxes.call(sandbox_id, extract))

@@ -1,0 +1,50 @@
+"""``commands.run(user="user")`` in a rootless sandbox, as a real unprivileged user: uid
+1000 is one of the subordinate ids the engine maps (Debian's useradd gives every user a
+/etc/subuid range), so the account works, owns its home and /workspace. (A sandbox with
+only the engine user's own id refuses it with the reason: tests/guest/test_users.py.)"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+_SCRIPT = """
+import json
+from agent_sandbox import Sandbox
+with Sandbox.create() as sb:
+    r = sb.commands.run('id -u; id -un; stat -c %U /workspace; touch ~/mine /workspace/mine '
+                        '&& stat -c %U ~/mine /workspace/mine; echo $HOME', user='user')
+    root = sb.commands.run('id -u; cat /proc/self/uid_map')
+    print(json.dumps({"user": [r.exit_code, r.stdout, r.stderr], "root": root.stdout}))
+"""
+
+
+@pytest.fixture(scope="module")
+def user(local_users: Any) -> Iterator[Any]:
+    if shutil.which("runc") is None:
+        pytest.skip("runc is not installed")
+    from agent_sandbox.runtime import subids
+
+    subids.reserve()  # before useradd: the user's subuids must not be the root engine's
+    made = local_users.create()
+    probe = made.run(["unshare", "--user", "--map-root-user", "true"])
+    if probe.returncode != 0:
+        pytest.skip(f"unprivileged user namespaces do not work here: {probe.stderr.strip()}")
+    yield made
+
+
+def test_the_user_account_in_a_rootless_sandbox(user: Any) -> None:
+    done = user.run([user.python(), "-c", _SCRIPT], timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    code, stdout, stderr = out["user"]
+    assert code == 0, stderr
+    assert stdout.splitlines() == ["1000", "user", "user", "user", "user", "/home/user"]
+    assert out["root"].splitlines()[0] == "0"
+    assert len(out["root"].splitlines()) >= 3  # root plus a subordinate range: 1000 mapped
