@@ -130,9 +130,11 @@ class TemplateInfo(BaseModel):
 
 class VolumeInfo(BaseModel):
     volume_id: str
-    size_mb: int
+    size_mb: int = Field(description="its disk limit")
     created_at: float
-    attached_to: str = ""
+    attached_to: str = Field("", description="the sandbox using it; empty: kept, unused")
+    owner: str = Field("", description="the API key (tenant) whose sandbox made it (a "
+                                       "gateway says; empty locally)")
 
 
 WATCH_EVENT_TYPES = ("create", "modify", "chmod", "delete", "rename", "overflow")
