@@ -25,9 +25,8 @@ GUEST_PYTHON = os.environ.get("ABX_TEST_GUEST_PYTHON", sys.executable)
 WAIT = 10.0  # generous: events come within a second (bench/watch_latency.py measures)
 
 
-@pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GuestClient]:
-    sock = str(tmp_path_factory.mktemp("guest") / "g.sock")
+def _guest(folder: Path) -> Iterator[GuestClient]:
+    sock = str(folder / "g.sock")
     proc = subprocess.Popen([GUEST_PYTHON, "-I", "-S", str(AGENT), "--unix", sock],
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
@@ -37,6 +36,17 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GuestClient]:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(5)
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GuestClient]:
+    yield from _guest(tmp_path_factory.mktemp("guest"))
+
+
+@pytest.fixture
+def own_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GuestClient]:
+    """A guest of the test's own: its watch slots are not the other tests'."""
+    yield from _guest(tmp_path_factory.mktemp("guest"))
 
 
 class Collector:
@@ -175,8 +185,9 @@ def test_bad_requests_are_refused_before_streaming(client: GuestClient,
         client.watch(str(tmp_path), backend="fanotify")
 
 
-def test_watches_are_bounded_and_closing_one_frees_it(client: GuestClient,
+def test_watches_are_bounded_and_closing_one_frees_it(own_client: GuestClient,
                                                       tmp_path: Path) -> None:
+    client = own_client
     watches = [client.watch(str(tmp_path)) for _ in range(16)]
     try:
         with pytest.raises(ResourceExhaustedError, match="watched already"):
