@@ -10,16 +10,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agent_sandbox.sdk import AsyncSandbox, Sandbox
+    from agent_sandbox.sdk import AsyncSandbox, AsyncVolume, Sandbox, Volume
 
 # The one definition of the version: pyproject.toml reads it (setuptools dynamic version).
 __version__ = "0.1.0"
 DISTRIBUTION = "abx-sandbox"
-__all__ = ["DISTRIBUTION", "AsyncSandbox", "Sandbox", "__version__"]
+__all__ = ["DISTRIBUTION", "AsyncSandbox", "AsyncVolume", "Sandbox", "Volume", "__version__"]
+_SDK = ("AsyncSandbox", "AsyncVolume", "Sandbox", "Volume")
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("AsyncSandbox", "Sandbox"):
+    if name in _SDK:
         from agent_sandbox import sdk
 
         return getattr(sdk, name)

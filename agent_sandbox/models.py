@@ -130,9 +130,28 @@ class TemplateInfo(BaseModel):
 
 class VolumeInfo(BaseModel):
     volume_id: str
-    size_mb: int
+    size_mb: int = Field(description="its disk limit")
     created_at: float
-    attached_to: str = ""
+    attached_to: str = Field("", description="the sandbox using it; empty: kept, unused")
+    owner: str = Field("", description="the API key (tenant) whose sandbox made it (a "
+                                       "gateway says; empty locally)")
+
+
+WATCH_EVENT_TYPES = ("create", "modify", "chmod", "delete", "rename", "overflow")
+
+
+class FilesystemEvent(BaseModel):
+    """One change in a watched directory (``files.watch_dir``)."""
+
+    type: Literal["create", "modify", "chmod", "delete", "rename", "overflow"] = Field(
+        description="what happened; `overflow`: events were lost (`dropped` says how many "
+                    "when known, `message` why)")
+    path: str = Field("", description="absolute path in the sandbox (a rename's new one)")
+    name: str = Field("", description="`path` relative to the watched directory")
+    old_path: str | None = Field(None, description="a rename's old path")
+    is_dir: bool = False
+    dropped: int | None = Field(None, description="overflow: events lost, if known")
+    message: str = ""
 
 
 # ---- the code interpreter -------------------------------------------------------------------

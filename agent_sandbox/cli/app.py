@@ -76,10 +76,11 @@ app.add_typer(config_cmd.app, name="config")
 
 
 def _register_rest() -> None:
-    from agent_sandbox.cli import doctor, sandbox_cmd, template_cmd
+    from agent_sandbox.cli import doctor, sandbox_cmd, template_cmd, volume_cmd
 
     app.add_typer(sandbox_cmd.app, name="sandbox")
     app.add_typer(template_cmd.app, name="template")
+    app.add_typer(volume_cmd.app, name="volume")
     app.command(epilog="Example: abx doctor --json")(doctor.doctor)
 
 

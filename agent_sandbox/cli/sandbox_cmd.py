@@ -11,7 +11,7 @@ from rich.table import Table
 from agent_sandbox.cli import copy_cmd, shell_cmd
 from agent_sandbox.cli.exec_cmd import EPILOG, ExecCommand, exec_
 from agent_sandbox.cli.info_view import ago, info_table
-from agent_sandbox.cli.output import CliError, console, print_json, want_json
+from agent_sandbox.cli.output import CliError, console, note, print_json, want_json
 from agent_sandbox.cli.sdkutil import default_template, parse_pairs, provider
 
 app = typer.Typer(help="Sandboxes: create, list, exec, copy files, pause, reset, kill.",
@@ -157,16 +157,24 @@ def _lifecycle(sandbox_id: str, action: str, json_out: bool, **kw: Any) -> None:
     sb = _sandbox(sandbox_id)
     getattr(sb, action)(**kw)
     if action == "kill":
-        if want_json(json_out):
-            print_json({"sandbox_id": sandbox_id, "killed": True})
-        else:
-            console.print(f"killed {sandbox_id}")
+        _killed(sandbox_id, sb.volume_id, kept=not kw.get("delete_volume"), json_out=json_out)
         return
     data = _info_dict(sb.info())
     if want_json(json_out):
         print_json(data)
     else:
         console.print(f"{sandbox_id}: {data['state']}")
+
+
+def _killed(sandbox_id: str, volume_id: str, *, kept: bool, json_out: bool) -> None:
+    if want_json(json_out):
+        print_json({"sandbox_id": sandbox_id, "killed": True, "volume_id": volume_id,
+                    "volume_kept": kept})
+        return
+    console.print(f"killed {sandbox_id}")
+    if kept:
+        note(f"its /workspace volume {volume_id} was kept: attach it with `abx sandbox "
+             f"create --volume {volume_id}`, delete it with `abx volume rm {volume_id}`")
 
 
 @app.command(epilog="Example: abx sandbox pause sb-1234")
@@ -193,7 +201,9 @@ def kill(sandbox_id: IdArg,
          delete_volume: Annotated[bool, typer.Option("--delete-volume", help="Also delete its "
                                                      "/workspace volume.")] = False,
          json_out: JsonOpt = False) -> None:
-    """Destroy a sandbox (its /workspace volume is kept unless --delete-volume)."""
+    """Destroy a sandbox. Its /workspace volume is kept (attach it to a new sandbox with
+    `create --volume`) unless --delete-volume; `abx volume list` shows kept volumes and
+    `abx volume rm ID` deletes one."""
     _lifecycle(sandbox_id, "kill", json_out, delete_volume=delete_volume)
 
 

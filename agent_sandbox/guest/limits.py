@@ -10,6 +10,15 @@ STREAM_TIMEOUT = 300.0  # between upload/stdin frames
 EXIT_DRAIN = 0.2  # after exit, keep streaming already-readable output at most this long
 KILL_GRACE = 10.0  # after a timeout SIGKILL, give up waiting for the exit this much later
 DEFAULT_ENV_DROP = ("ABX_GUEST_TOKEN",)
+# File watching (watch_ops): concurrent watches, directories per recursive watch (each
+# is a kernel inotify watch), events per frame, the poller's interval and entry budget,
+# and the entries a newly made directory's scan reports (what inotify may have missed).
+WATCH_ACTIVE_MAX = 16
+WATCH_DIRS_MAX = 4096
+WATCH_BATCH = 256
+WATCH_POLL_INTERVAL = 0.2
+WATCH_POLL_ENTRIES = 20000
+WATCH_SCAN_EVENTS = 1000
 PTY_LIVE_CAP = 64  # terminals running at once in one sandbox
 PTY_FINISHED_KEPT = 32  # ended terminals kept (recent output, exit code) for late clients
 PTY_VIEWERS_CAP = 16  # clients attached to one terminal at once

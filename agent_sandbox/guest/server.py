@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # typing costs ~5 ms of startup; annotations are strings anyw
     Req = Dict[str, Any]
 
 if __package__:
-    from . import dir_ops, file_ops
+    from . import dir_ops, file_ops, watch_ops
     from . import protocol as proto
     from .conn import Conn
     from .errors import GuestError, bad
@@ -29,6 +29,7 @@ else:  # imported by agent.py from the guest's directory
     import dir_ops  # type: ignore[no-redef]
     import file_ops  # type: ignore[no-redef]
     import protocol as proto  # type: ignore[no-redef]
+    import watch_ops  # type: ignore[no-redef]
     from conn import Conn  # type: ignore[no-redef]
     from errors import GuestError, bad  # type: ignore[no-redef]
     from limits import REQUEST_TIMEOUT  # type: ignore[no-redef]
@@ -48,6 +49,7 @@ class Agent:
             **ProcessOps(self.table).handlers(),
             **PtyOps(self.table).handlers(),
             **file_ops.HANDLERS,
+            **watch_ops.HANDLERS,
             **dir_ops.HANDLERS,
         }
 

@@ -25,6 +25,7 @@ from agent_sandbox.models import (
     VolumeInfo,
 )
 from agent_sandbox.pty_session import DataCallback, PtySession
+from agent_sandbox.watch import WatchStream
 
 OutputCallback = Callable[[str], None]
 ResultCallback = Callable[[Result], None]
@@ -98,6 +99,11 @@ class Provider(Protocol):
     def make_dir(self, sandbox_id: str, path: str) -> None: ...
     def remove(self, sandbox_id: str, path: str) -> None: ...
     def rename(self, sandbox_id: str, src: str, dst: str) -> None: ...
+    def watch_dir(self, sandbox_id: str, path: str, recursive: bool = False,
+                  timeout: float | None = None) -> WatchStream:
+        """A directory's changes, from when this returns until ``close()`` (or
+        ``timeout`` seconds; None: no end)."""
+        ...
 
     def read_dir_archive(self, sandbox_id: str, path: str) -> Iterator[bytes]:
         """A directory as tar chunks, made in the sandbox: hostile (``files.download_dir``

@@ -105,6 +105,7 @@ class GuestConnection:
         self.what = what
         self.deadline: float | None = None
         self.frame_timeout: float | None = None
+        self.max_json = MAX_REPLY_JSON  # a call expecting small frames lowers it
         # A cancelled call shuts the connection down: the guest kills a foreground command.
         self._call = call
         self._call_key = None if call is None else call.register(lambda: _shutdown(sock))
@@ -134,7 +135,7 @@ class GuestConnection:
             self.sock.settimeout(left if self.frame_timeout is None
                                  else min(left, self.frame_timeout))
         try:
-            frame = proto.read_frame(self.rfile, MAX_REPLY_JSON)
+            frame = proto.read_frame(self.rfile, self.max_json)
         except TimeoutError as exc:
             raise SandboxTimeoutError(f"guest did not answer {self.what} in time") from exc
         except (proto.ProtocolError, RecursionError, MemoryError) as exc:
@@ -169,6 +170,10 @@ class GuestConnection:
             if obj.get("done"):
                 return obj
         raise GuestProtocolError(f"guest sent too many frames for {self.what}")
+
+    def shutdown(self) -> None:
+        """End the connection from another thread: a blocked ``recv`` returns."""
+        _shutdown(self.sock)
 
     def close(self) -> None:
         if self._call is not None and self._call_key is not None:

@@ -38,6 +38,7 @@ from agent_sandbox.runtime.guest_streams import (
     collect_output,
     feed_stdin,
 )
+from agent_sandbox.runtime.guest_watch import GuestWatch
 
 __all__ = [
     "MAX_CALL_FRAMES", "MAX_ERROR_TEXT", "MAX_REPLY_JSON", "Address", "Cancel",
@@ -342,3 +343,11 @@ class GuestClient:
 
     def rename(self, src: str, dst: str) -> None:
         self._call({"op": "rename", "src": src, "dst": dst})
+
+    def watch(self, path: str, recursive: bool = False, *, backend: str = "auto",
+              timeout: float | None = None) -> GuestWatch:
+        """A directory's changes as they happen; returns once the guest watches it (a
+        change made after that is seen). ``timeout`` ends the watch (None: never)."""
+        conn = self._open({"op": "watch", "path": path, "recursive": recursive,
+                           "backend": backend, "timeout": timeout}, None)
+        return GuestWatch(conn, path)

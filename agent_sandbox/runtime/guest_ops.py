@@ -24,6 +24,7 @@ from agent_sandbox.runtime.config import EngineConfig
 from agent_sandbox.runtime.guest_client import ExecResult, GuestClient, GuestProtocolError
 from agent_sandbox.runtime.sandboxes import Sandboxes
 from agent_sandbox.runtime.store import SandboxRow
+from agent_sandbox.watch import MAX_WATCH_TIMEOUT, WatchStream
 
 OutputCallback = Callable[[str], None]
 
@@ -216,6 +217,14 @@ class GuestOps:
         src = validate.path(src, "source path")
         dst = validate.path(dst, "destination path")
         self._call(sandbox_id, lambda g: g.rename(src, dst))
+
+    def watch_dir(self, sandbox_id: str, path: str, recursive: bool = False,
+                  timeout: float | None = None) -> WatchStream:
+        path = validate.path(path)
+        timeout = validate.positive(timeout, "timeout", maximum=MAX_WATCH_TIMEOUT)
+        if not isinstance(recursive, bool):
+            raise InvalidArgumentError(f"recursive must be true or false, got {recursive!r}")
+        return self._call(sandbox_id, lambda g: g.watch(path, recursive, timeout=timeout))
 
 
 def _argv_text(argv: list[str]) -> str:

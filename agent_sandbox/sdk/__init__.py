@@ -7,20 +7,26 @@ from agent_sandbox.models import (
     EntryInfo,
     Execution,
     ExecutionError,
+    FilesystemEvent,
     ProcessInfo,
     ProcessOutput,
     Result,
     SandboxInfo,
     TemplateInfo,
+    VolumeInfo,
 )
-from agent_sandbox.sdk.async_sandbox import AsyncSandbox
+from agent_sandbox.sdk.async_sandbox import AsyncSandbox, AsyncVolume, AsyncWatchHandle
 from agent_sandbox.sdk.commands import CommandHandle
 from agent_sandbox.sdk.pty import PtyHandle
 from agent_sandbox.sdk.sandbox import Sandbox
 from agent_sandbox.sdk.twin import max_threads, set_max_threads
+from agent_sandbox.sdk.volume import Volume
+from agent_sandbox.sdk.watch import WatchHandle
 
 __all__ = [
     "AsyncSandbox",
+    "AsyncVolume",
+    "AsyncWatchHandle",
     "CodeContext",
     "CommandHandle",
     "CommandResult",
@@ -28,6 +34,7 @@ __all__ = [
     "EntryInfo",
     "Execution",
     "ExecutionError",
+    "FilesystemEvent",
     "ProcessInfo",
     "ProcessOutput",
     "PtyHandle",
@@ -37,4 +44,7 @@ __all__ = [
     "TemplateInfo",
     "max_threads",
     "set_max_threads",
+    "Volume",
+    "VolumeInfo",
+    "WatchHandle",
 ]

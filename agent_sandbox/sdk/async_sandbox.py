@@ -7,16 +7,44 @@ coroutine functions. ``await sb.state`` asks the provider, as ``Sandbox.state`` 
 
 from __future__ import annotations
 
-from agent_sandbox.models import SandboxInfo
+import asyncio
+from collections.abc import AsyncIterator
+
+from agent_sandbox.models import FilesystemEvent, SandboxInfo
 from agent_sandbox.providers.base import Provider
 from agent_sandbox.sdk.commands import CommandHandle, Commands
 from agent_sandbox.sdk.files import Files
 from agent_sandbox.sdk.pty import Pty, PtyHandle
 from agent_sandbox.sdk.sandbox import Sandbox
 from agent_sandbox.sdk.twin import AsyncTwin, async_twin_of
+from agent_sandbox.sdk.volume import Volume
+from agent_sandbox.sdk.watch import WatchHandle
 
 __all__ = ["AsyncCommandHandle", "AsyncCommands", "AsyncFiles", "AsyncPty", "AsyncPtyHandle",
-           "AsyncSandbox"]
+           "AsyncSandbox", "AsyncVolume", "AsyncWatchHandle"]
+_POLL = 0.5  # seconds an async iteration's thread waits before looking again
+
+
+@async_twin_of(WatchHandle)
+class AsyncWatchHandle(AsyncTwin):
+    """A watched directory (``async for event in handle``, ``await handle.stop()``)."""
+
+    def __aiter__(self) -> AsyncIterator[FilesystemEvent]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[FilesystemEvent]:
+        # Short waits in the thread: a cancelled iteration leaves no thread waiting long.
+        while True:
+            event = await asyncio.to_thread(self._sync.next_event, _POLL)
+            if event is not None:
+                yield event
+            elif self._sync._done():
+                return
+
+
+@async_twin_of(Volume)
+class AsyncVolume(AsyncTwin):
+    """Kept /workspace volumes for asyncio: ``await AsyncVolume.list()``."""
 
 
 @async_twin_of(CommandHandle)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Literal, overload
 
 from agent_sandbox.errors import InvalidArgumentError
-from agent_sandbox.models import DirTransfer, EntryInfo
+from agent_sandbox.models import DirTransfer, EntryInfo, FilesystemEvent
 from agent_sandbox.providers.base import Provider
 from agent_sandbox.sdk import dirs
+from agent_sandbox.sdk.watch import WatchHandle
 
 DEFAULT_READ_MAX = 100 << 20  # bytes read into memory by read(); stream for more
 
@@ -86,6 +87,20 @@ class Files:
 
     def rename(self, src: str, dst: str) -> None:
         self._provider.rename(self._sandbox_id, src, dst)
+
+    def watch_dir(self, path: str, recursive: bool = False,
+                  on_event: Callable[[FilesystemEvent], None] | None = None,
+                  timeout: float | None = None) -> WatchHandle:
+        """Watch a directory for changes: ``create``, ``modify``, ``chmod``, ``delete``
+        and ``rename`` events (a rename has ``old_path``; a move out of the directory is a
+        delete, into it a create), and ``overflow`` when events were lost. Returns once
+        the sandbox watches it: a change made after that is seen. ``recursive`` watches
+        subdirectories too, as they appear (up to 4096 directories). ``timeout`` ends the
+        watch after that many seconds (None: when ``stop()`` is called). A watch does not
+        count as use of the sandbox (it may still be paused when idle)."""
+        stream = self._provider.watch_dir(self._sandbox_id, path, recursive=recursive,
+                                          timeout=timeout)
+        return WatchHandle(stream, on_event)
 
     def upload_dir(self, local_dir: dirs.LocalPath, remote_dir: str) -> DirTransfer:
         """Copy the contents of a local directory into ``remote_dir`` (made, with its

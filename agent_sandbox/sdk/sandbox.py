@@ -112,6 +112,11 @@ class Sandbox:
         return self._info.template
 
     @property
+    def volume_id(self) -> str:
+        """The volume mounted as /workspace (kept after ``kill()`` unless told otherwise)."""
+        return self._info.volume_id
+
+    @property
     @asks_provider
     def state(self) -> str:
         """Current state, asked afresh (the reaper may have paused it meanwhile)."""
@@ -135,6 +140,10 @@ class Sandbox:
         self._provider.set_timeout(self.sandbox_id, timeout)
 
     def kill(self, delete_volume: bool = False) -> None:
+        """Destroy the sandbox. Its /workspace volume (``volume_id``) is kept unless
+        ``delete_volume=True``: attach it to a new sandbox with
+        ``Sandbox.create(volume=...)``; delete it with ``Volume.delete(volume_id)`` (or
+        ``abx volume rm <id>``); ``Volume.list()`` shows the kept ones."""
         self._provider.kill(self.sandbox_id, delete_volume=delete_volume)
 
     def run_code(self, code: str, language: str = "python", timeout: float | None = 60,

@@ -4,8 +4,8 @@
 ``Commands``: it runs the sync method in a worker thread (calls run concurrently; the
 event loop never blocks) and hands back async twins of what it returns (a
 ``CommandHandle`` becomes an ``AsyncCommandHandle``, a chunk iterator an async iterator).
-Signatures and docstrings are the sync ones. Output callbacks (``on_stdout``,
-``on_stderr``, ``on_result``, ``on_data``) may be plain functions or coroutine functions.
+Signatures and docstrings are the sync ones. Callbacks (``on_stdout``, ``on_stderr``,
+``on_result``, ``on_data``, ``on_event``) may be plain functions or coroutine functions.
 
 A property marked ``@asks_provider`` (its value is fetched, e.g. ``Sandbox.state``) is
 awaited on the twin: ``await sb.state``. Other properties are plain on both.
@@ -32,7 +32,7 @@ from typing import Any, ClassVar, TypeVar
 
 from agent_sandbox.cancel import CallCancel
 
-CALLBACKS = frozenset({"on_stdout", "on_stderr", "on_result", "on_data"})
+CALLBACKS = frozenset({"on_stdout", "on_stderr", "on_result", "on_data", "on_event"})
 # Sync class -> its async twin, to convert what sync methods return.
 _TWINS: dict[type, type[AsyncTwin]] = {}
 

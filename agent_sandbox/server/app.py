@@ -13,7 +13,16 @@ from agent_sandbox.providers.base import Provider
 from agent_sandbox.server import errors
 from agent_sandbox.server.keys import KeyStore
 from agent_sandbox.server.metrics import MetricsMiddleware
-from agent_sandbox.server.routes import code, commands, dirs, files, misc, pty, sandboxes
+from agent_sandbox.server.routes import (
+    code,
+    commands,
+    dirs,
+    files,
+    misc,
+    pty,
+    sandboxes,
+    watch,
+)
 from agent_sandbox.server.schemas import ErrorBody
 from agent_sandbox.server.state import GatewayState
 from agent_sandbox.settings import Settings
@@ -74,7 +83,7 @@ def create_app(engine: Provider | None = None, keys: KeyStore | None = None,
     app.state.gateway = state
     app.openapi = _documented(app)  # type: ignore[method-assign]
     errors.install(app)
-    for module in (sandboxes, commands, code, files, dirs, misc, pty):
+    for module in (sandboxes, commands, code, files, dirs, watch, misc, pty):
         app.include_router(module.router)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     return app

@@ -8,6 +8,7 @@ from agent_sandbox.providers.base import Provider
 from agent_sandbox.server.keys import KeyStore
 from agent_sandbox.server.metrics import Metrics
 from agent_sandbox.server.quotas import Quotas
+from agent_sandbox.server.watch_relay import WatchSlots
 
 
 @dataclass
@@ -16,3 +17,4 @@ class GatewayState:
     keys: KeyStore
     quotas: Quotas = field(default_factory=Quotas)
     metrics: Metrics = field(default_factory=Metrics)
+    watches: WatchSlots = field(default_factory=WatchSlots)

@@ -401,7 +401,7 @@ def test_malformed_frames_do_not_crash(client: GuestClient) -> None:
         assert client.ping()["version"] == 1
     known = ("exec, exists, freeze, kill, list, mkdir, output, ping, ps, pty_attach, pty_create,"
              " pty_kill, pty_list, read, remove, rename, stat, stdin, tar_in, tar_out, thaw,"
-             " wait, write")
+             " wait, watch, write")
     with pytest.raises(InvalidArgumentError, match=f"unknown op 'frobnicate'; known ops: {known}$"):
         client._call({"op": "frobnicate"})
 

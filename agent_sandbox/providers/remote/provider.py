@@ -32,6 +32,7 @@ from agent_sandbox.models import (
 )
 from agent_sandbox.providers.base import OutputCallback, ResultCallback, StdinData
 from agent_sandbox.providers.remote.transport import Transport, iter_bytes
+from agent_sandbox.providers.remote.watch import RemoteWatch
 from agent_sandbox.pty_session import DataCallback, PtySession
 
 _CHUNK = 1 << 20
@@ -322,6 +323,16 @@ class RemoteProvider:
     def rename(self, sandbox_id: str, src: str, dst: str) -> None:
         self._call("POST", self._sb(sandbox_id, "/files/rename"),
                    json={"src": src, "dst": dst}, replayable=False)
+
+    def watch_dir(self, sandbox_id: str, path: str, recursive: bool = False,
+                  timeout: float | None = None) -> RemoteWatch:
+        if not isinstance(recursive, bool):
+            raise InvalidArgumentError(f"recursive must be true or false, got {recursive!r}")
+        params: dict[str, Any] = {"path": path, "recursive": "true" if recursive else "false"}
+        if timeout is not None:
+            params["timeout"] = timeout
+        return RemoteWatch(self._http.open_stream("GET", self._sb(sandbox_id, "/files/watch"),
+                                                  params=params))
 
     def read_dir_archive(self, sandbox_id: str, path: str) -> Iterator[bytes]:
         # Opened now, so a missing directory raises here, as it does locally.

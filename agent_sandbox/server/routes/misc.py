@@ -20,10 +20,9 @@ def list_templates(state: State, who: Caller) -> list[TemplateInfo]:
 
 @router.get("/v1/volumes", tags=["volumes"])
 def list_volumes(state: State, who: Caller) -> list[VolumeInfo]:
-    volumes = state.provider.list_volumes()
-    if who.admin:
-        return volumes
-    return [v for v in volumes if state.keys.volume_owner(v.volume_id) == who.owner]
+    owned = [v.model_copy(update={"owner": state.keys.volume_owner(v.volume_id) or ""})
+             for v in state.provider.list_volumes()]
+    return owned if who.admin else [v for v in owned if v.owner == who.owner]
 
 
 @router.delete("/v1/volumes/{volume_id}", tags=["volumes"], status_code=204)
