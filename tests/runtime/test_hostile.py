@@ -100,7 +100,8 @@ def tag() -> str:
 
 def _sanitized_shadow(text: str) -> bool:
     lines = [ln for ln in text.splitlines() if ln]
-    return bool(lines) and all(ln.split(":")[1] == "*" for ln in lines)
+    # '*' for the host's accounts (hashes masked), '!' for the sandbox's own `user` (locked).
+    return bool(lines) and all(ln.split(":")[1] in ("*", "!") for ln in lines)
 
 
 def _host_hashes() -> list[str]:
