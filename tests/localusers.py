@@ -17,7 +17,19 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
+
+# Run as the user: every sandbox and volume of the user's own (rootless) engine, gone.
+_CLEAR_ENGINE = """
+from agent_sandbox.providers.local import local_provider
+e = local_provider()
+for i in e.list():
+    e.kill(i.sandbox_id, delete_volume=True)
+for v in e.list_volumes():
+    e.delete_volume(v.volume_id)
+"""
 
 
 @dataclass(frozen=True)
@@ -56,6 +68,10 @@ class LocalUser:
     def python(self) -> str:
         return sys.executable
 
+    def clear_engine(self, env: dict[str, str] | None = None) -> None:
+        """Kill the sandboxes and delete the volumes of this user's own engine."""
+        self.run([self.python(), "-c", _CLEAR_ENGINE], env=env, timeout=120)
+
 
 class LocalUsers:
     """Creates users on demand; removes them, their processes and files at the end."""
@@ -83,6 +99,20 @@ class LocalUsers:
         self._made.append(user)
         self._open_path_for_others()
         return user
+
+    def create_rootless(self) -> LocalUser:
+        """A new user whose rootless sandboxes can work; skips the test without runc or
+        where the host lacks unprivileged user namespaces."""
+        if shutil.which("runc") is None:
+            pytest.skip("runc is not installed")
+        from agent_sandbox.runtime import subids
+
+        subids.reserve()  # before useradd: the user's subuids must not be the root engine's
+        made = self.create()
+        probe = made.run(["unshare", "--user", "--map-root-user", "true"])
+        if probe.returncode != 0:
+            pytest.skip(f"unprivileged user namespaces do not work here: {probe.stderr.strip()}")
+        return made
 
     def _open_path_for_others(self) -> None:
         """Let other users traverse to the checkout and the interpreter (session only)."""

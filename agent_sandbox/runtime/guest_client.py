@@ -269,13 +269,8 @@ class GuestClient:
     # ------------------------------------------------------------ files
     def read(self, path: str, offset: int = 0, limit: int | None = None) -> Iterator[bytes]:
         """Stream a file in chunks. Errors such as not_found are raised here, at call time."""
-        conn = self._open({"op": "read", "path": path, "offset": offset, "limit": limit}, None)
-        try:
-            first = conn.recv()
-        except BaseException:
-            conn.close()
-            raise
-        return ReadStream(conn, first)
+        return self._read_stream({"op": "read", "path": path, "offset": offset,
+                                  "limit": limit})
 
     def write(
         self,
@@ -285,24 +280,24 @@ class GuestClient:
         append: bool = False,
     ) -> int:
         """Upload a file (atomically replaced unless append). Returns bytes written."""
-        conn = self._open({"op": "write", "path": path, "mode": mode, "append": append}, None)
-        try:
-            conn.recv()  # "ready": path checked before we send megabytes
-            try:
-                for chunk in payload_chunks(data):
-                    conn.send({}, chunk)
-                conn.send({"eof": True})
-            except GuestUnavailableError as exc:
-                conn.recv_after_send_failure(exc)
-            return int(field(conn.final(), "size", int))
-        finally:
-            conn.close()
+        req = {"op": "write", "path": path, "mode": mode, "append": append}
+        return int(field(self._send_stream(req, data), "size", int))
 
     def read_tar(self, path: str) -> ReadStream:
         """Stream the directory ``path`` as a tar archive, in chunks (made by the guest's
         ``dir_pack``: hostile data, to be read with ``dir_unpack``). Errors such as
         not_found are raised here, at call time."""
-        conn = self._open({"op": "tar_out", "path": path}, None)
+        return self._read_stream({"op": "tar_out", "path": path})
+
+    def write_tar(self, path: str, data: Iterable[bytes] | BinaryIO) -> dict[str, Any]:
+        """Extract a tar stream into the directory ``path`` (made if missing); returns the
+        guest's summary (counts and skipped entries), unchecked."""
+        return self._send_stream({"op": "tar_in", "path": path}, data)
+
+    def _read_stream(self, req: dict[str, Any]) -> ReadStream:
+        """Send ``req`` and stream the chunks it answers with; the first is read now, so
+        errors (not_found) are raised at call time."""
+        conn = self._open(req, None)
         try:
             first = conn.recv()
         except BaseException:
@@ -310,12 +305,13 @@ class GuestClient:
             raise
         return ReadStream(conn, first)
 
-    def write_tar(self, path: str, data: Iterable[bytes] | BinaryIO) -> dict[str, Any]:
-        """Extract a tar stream into the directory ``path`` (made if missing); returns the
-        guest's summary (counts and skipped entries), unchecked."""
-        conn = self._open({"op": "tar_in", "path": path}, None)
+    def _send_stream(self, req: dict[str, Any],
+                     data: bytes | Iterable[bytes] | BinaryIO) -> dict[str, Any]:
+        """Send ``req``, wait for the guest's "ready" (the path checked before we send
+        megabytes), stream ``data`` in chunks; returns the guest's final frame."""
+        conn = self._open(req, None)
         try:
-            conn.recv()  # "ready": the directory is there before we send the archive
+            conn.recv()
             try:
                 for chunk in payload_chunks(data):
                     conn.send({}, chunk)

@@ -34,16 +34,7 @@ class DirOps:
         Errors (missing, not a directory) are raised here; the chunks come from the sandbox
         and are hostile (``files.download_dir`` extracts them with ``dir_unpack``)."""
         path = validate.path(path)
-        chunks = self._sandboxes.call(sandbox_id, lambda g: g.read_tar(path))
-        first = next(chunks, None)
-
-        def stream() -> Iterator[bytes]:
-            with self._sandboxes.activity.busy(sandbox_id):  # a long download is activity
-                if first is not None:
-                    yield first
-                yield from chunks
-
-        return stream()
+        return self._sandboxes.stream(sandbox_id, lambda g: g.read_tar(path))
 
     def write_dir_archive(self, sandbox_id: str, path: str,
                           data: Iterable[bytes] | IO[bytes]) -> DirTransfer:

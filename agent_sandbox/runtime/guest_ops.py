@@ -171,17 +171,8 @@ class GuestOps:
         if not isinstance(offset, int) or offset < 0:
             raise InvalidArgumentError(f"offset must be a whole number >= 0, got {offset!r}")
         limit = validate.positive(limit, "limit", integer=True)
-        chunks = self._call(sandbox_id, lambda g: g.read(path, offset=offset, limit=limit))
-        # Pull the first chunk now so errors (missing file) surface at the call site.
-        first = next(chunks, None)
-
-        def stream() -> Iterator[bytes]:
-            with self._sandboxes.activity.busy(sandbox_id):  # a slow download is activity
-                if first is not None:
-                    yield first
-                yield from chunks
-
-        return stream()
+        return self._sandboxes.stream(
+            sandbox_id, lambda g: g.read(path, offset=offset, limit=limit))
 
     def write_file(self, sandbox_id: str, path: str,
                    data: bytes | str | Iterable[bytes] | IO[bytes], mode: int = 0o644) -> int:

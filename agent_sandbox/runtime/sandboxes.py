@@ -9,7 +9,7 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -265,6 +265,22 @@ class Sandboxes:
                 self.runc.delete(sandbox_id)
             raise GuestProtocolError(f"sandbox {sandbox_id} misbehaved and was stopped ({exc}); "
                                      "its next use restarts it, without its processes") from None
+
+    def stream(self, sandbox_id: str,
+               fn: Callable[[GuestClient], Iterator[bytes]]) -> Iterator[bytes]:
+        """A guest operation that answers in chunks (a file, a directory's tar stream). Its
+        first chunk is pulled now, so errors (a missing path) surface at the call site; the
+        rest are read later, and that slow read counts as the sandbox's activity."""
+        chunks = self.call(sandbox_id, fn)
+        first = next(chunks, None)
+
+        def rest() -> Iterator[bytes]:
+            with self.activity.busy(sandbox_id):
+                if first is not None:
+                    yield first
+                yield from chunks
+
+        return rest()
 
     # volumes ----------------------------------------------------------------------------
     def claim_volume(self, volume: Any, sandbox_id: str) -> None:

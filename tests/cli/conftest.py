@@ -6,11 +6,14 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from agent_sandbox.server.process import GatewayProcess
 
 ABX = Path(sys.executable).parent / "abx"
 # Settings a developer's shell may carry that would leak into the tests.
@@ -35,13 +38,14 @@ class Abx:
         self.cwd = cwd
         self.env = {k: v for k, v in os.environ.items() if k not in SCRUB}
         self.env.update(HOME=str(home), ABX_MCP_AUDIT_LOG="", COLUMNS="200", NO_COLOR="1")
+        # The installed command, or the module where the venv has no script.
+        self.command = [str(ABX)] if ABX.exists() else [sys.executable, "-m", "agent_sandbox.cli"]
 
     def __call__(self, *args: str, env: dict[str, str] | None = None, timeout: float = 90,
                  check: int | None = 0) -> Result:
-        exe = [str(ABX)] if ABX.exists() else [sys.executable, "-m", "agent_sandbox.cli"]
-        proc = subprocess.run([*exe, *args], cwd=self.cwd, env={**self.env, **(env or {})},
-                              capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run([*self.command, *args], cwd=self.cwd,
+                              env={**self.env, **(env or {})}, capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
         result = Result(proc.returncode, proc.stdout, proc.stderr)
         if check is not None:
             assert proc.returncode == check, (args, result)
@@ -55,3 +59,14 @@ def abx(tmp_path: Path) -> Abx:
     home.mkdir()
     cwd.mkdir()
     return Abx(home, cwd)
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    # Its own (empty) key file: open on loopback whatever keys other tests made.
+    keys = tmp_path_factory.mktemp("gw-keys") / "keys.db"
+    gw = GatewayProcess(keys_file=str(keys)).start()
+    try:
+        yield gw
+    finally:
+        gw.stop()

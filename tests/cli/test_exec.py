@@ -8,35 +8,15 @@ import hashlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agent_sandbox.server.process import GatewayProcess
-
 pytestmark = pytest.mark.integration
 
-ABX = Path(sys.executable).parent / "abx"
 Abx = Any  # the ``abx`` fixture of tests/cli/conftest.py
-
-
-def _exe() -> list[str]:
-    return [str(ABX)] if ABX.exists() else [sys.executable, "-m", "agent_sandbox.cli"]
-
-
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    # Its own (empty) key file: open on loopback whatever keys other tests made.
-    keys = tmp_path_factory.mktemp("gw-keys") / "keys.db"
-    gw = GatewayProcess(keys_file=str(keys)).start()
-    try:
-        yield gw
-    finally:
-        gw.stop()
 
 
 @pytest.fixture(params=["local", "gateway"])
@@ -55,13 +35,13 @@ def sid(abx: Abx, where: dict[str, str]) -> Iterator[str]:
 
 
 def _popen(abx: Abx, where: dict[str, str], *args: str, **kw: Any) -> subprocess.Popen:
-    return subprocess.Popen([*_exe(), "sandbox", "exec", *args], cwd=abx.cwd,
+    return subprocess.Popen([*abx.command, "sandbox", "exec", *args], cwd=abx.cwd,
                             env={**abx.env, **where}, **kw)
 
 
 def _run(abx: Abx, where: dict[str, str], *args: str, data: bytes | None = None,
          timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([*_exe(), "sandbox", "exec", *args], cwd=abx.cwd,
+    return subprocess.run([*abx.command, "sandbox", "exec", *args], cwd=abx.cwd,
                           env={**abx.env, **where}, input=data, capture_output=True,
                           timeout=timeout)
 

@@ -9,9 +9,7 @@ import socket
 import sqlite3
 import stat
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +18,7 @@ from rich.console import Console
 
 from agent_sandbox.server.process import GatewayProcess, free_port
 
-ABX = Path(sys.executable).parent / "abx"
 Abx = Any  # the ``abx`` fixture of tests/cli/conftest.py
-
-
-def _exe() -> list[str]:
-    return [str(ABX)] if ABX.exists() else [sys.executable, "-m", "agent_sandbox.cli"]
 
 
 def _clean(err: str) -> None:
@@ -212,17 +205,6 @@ def test_serve_on_a_busy_port_says_so_before_serving(abx: Abx, tmp_path: Path) -
 
 
 # ---- template commands follow the engine `sandbox create` uses ------------------------------
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    # Its own (empty) key file: open on loopback whatever keys other tests made.
-    keys = tmp_path_factory.mktemp("gw-keys") / "keys.db"
-    gw = GatewayProcess(keys_file=str(keys)).start()
-    try:
-        yield gw
-    finally:
-        gw.stop()
-
-
 @pytest.mark.integration
 def test_template_commands_through_a_gateway(abx: Abx, gateway: GatewayProcess,
                                              tmp_path: Path) -> None:
@@ -238,7 +220,7 @@ def test_template_commands_through_a_gateway(abx: Abx, gateway: GatewayProcess,
 @pytest.mark.integration
 def test_template_commands_of_a_daemon_user(abx: Abx, tmp_path: Path) -> None:
     sock = str(tmp_path / "d.sock")
-    proc = subprocess.Popen([*_exe(), "serve", "--unix", sock, "--group", "root",
+    proc = subprocess.Popen([*abx.command, "serve", "--unix", sock, "--group", "root",
                              "--api-keys-file", str(tmp_path / "k.db")], env=abx.env,
                             stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import ABX, Abx
+from conftest import Abx
 
 from agent_sandbox.cli import mcp_server, runstate, stdio_launch
 from agent_sandbox.cli import settings as cli_settings_module
@@ -88,10 +87,9 @@ def test_abx_mcp_start_execs_the_server_without_the_cli(abx: Abx) -> None:
     (abx.cwd / ".env").write_text("ABX_MCP_TOOLS=read-only\n")
     (abx.home / ".abx").mkdir()
     (abx.home / ".abx" / "config").write_text(json.dumps({"mcp_template": "base"}))
-    exe = [str(ABX)] if ABX.exists() else [sys.executable, "-m", "agent_sandbox.cli"]
     err_file = abx.cwd / "stderr.txt"  # a file: the import list would fill a pipe
     with err_file.open("w") as err_out:
-        proc = subprocess.Popen([*exe, "mcp", "start"], cwd=abx.cwd,
+        proc = subprocess.Popen([*abx.command, "mcp", "start"], cwd=abx.cwd,
                                 env={**abx.env, "PYTHONPROFILEIMPORTTIME": "1"},
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=err_out, text=True)

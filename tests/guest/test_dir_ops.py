@@ -8,13 +8,12 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from _tars import END, chunks_of, member, packed, stream, tree, unpack
+from lyingguest import lying_guests
 
 from agent_sandbox.errors import InvalidArgumentError, NotFoundError, SandboxError
 from agent_sandbox.guest import protocol as proto
@@ -94,39 +93,15 @@ def test_guest_errors_are_clear(client: GuestClient, tmp_path: Path) -> None:
 @pytest.fixture
 def liar() -> Iterator[Callable[[bytes], str]]:
     """liar(archive) -> socket path of a 'guest' answering tar_out with that archive."""
-    folder = tempfile.mkdtemp(prefix="abx-liar-")
-    servers: list[socket.socket] = []
+    def tar_out(archive: bytes) -> Callable[[socket.socket, dict], None]:
+        def reply(conn: socket.socket, req: dict) -> None:
+            for piece in chunks_of(archive, 100_000):
+                proto.send_frame(conn, {"chunk": True}, piece)
+            proto.send_frame(conn, {"done": True, "size": len(archive)})
+        return reply
 
-    def start(archive: bytes) -> str:
-        path = os.path.join(folder, f"g{len(servers)}.sock")
-        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        srv.bind(path)
-        srv.listen(4)
-        servers.append(srv)
-
-        def serve() -> None:
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                return
-            with conn:
-                try:
-                    proto.read_frame(conn.makefile("rb"))
-                    for piece in chunks_of(archive, 100_000):
-                        proto.send_frame(conn, {"chunk": True}, piece)
-                    proto.send_frame(conn, {"done": True, "size": len(archive)})
-                except OSError:
-                    pass  # the host stopped reading: what a cap does
-
-        threading.Thread(target=serve, daemon=True).start()
-        return path
-
-    yield start
-    for srv in servers:
-        srv.close()
-    for name in os.listdir(folder):
-        os.unlink(os.path.join(folder, name))
-    os.rmdir(folder)
+    with lying_guests() as start:
+        yield lambda archive: start(tar_out(archive))
 
 
 class _GuestDownloads:

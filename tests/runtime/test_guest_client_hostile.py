@@ -8,17 +8,16 @@ never a pinned thread or a grown host process.
 
 from __future__ import annotations
 
-import os
 import resource
 import socket
 import struct
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from lyingguest import Reply, lying_guests
 
 from agent_sandbox.errors import SandboxTimeoutError
 from agent_sandbox.guest import protocol as proto
@@ -27,47 +26,12 @@ from agent_sandbox.runtime.guest_client import GuestClient, GuestProtocolError
 
 pytestmark = pytest.mark.integration
 
-Reply = Callable[[socket.socket, dict], None]
-
 
 @pytest.fixture
 def liar() -> Iterator[Callable[[Reply], str]]:
     """liar(reply) -> socket path of a 'guest' answering every request with reply()."""
-    folder = tempfile.mkdtemp(prefix="abx-liar-")
-    servers: list[socket.socket] = []
-
-    def start(reply: Reply) -> str:
-        path = os.path.join(folder, f"g{len(servers)}.sock")
-        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        srv.bind(path)
-        srv.listen(8)
-        servers.append(srv)
-
-        def serve() -> None:
-            while True:
-                try:
-                    conn, _ = srv.accept()
-                except OSError:
-                    return
-                threading.Thread(target=handle, args=(conn,), daemon=True).start()
-
-        def handle(conn: socket.socket) -> None:
-            with conn:
-                frame = proto.read_frame(conn.makefile("rb"))
-                try:
-                    reply(conn, frame[0] if frame else {})
-                except OSError:
-                    pass  # the client hung up: what we want
-
-        threading.Thread(target=serve, daemon=True).start()
-        return path
-
-    yield start
-    for srv in servers:
-        srv.close()
-    for name in os.listdir(folder):
-        os.unlink(os.path.join(folder, name))
-    os.rmdir(folder)
+    with lying_guests() as start:
+        yield start
 
 
 def _within(seconds: float, fn: Callable[[], object]) -> BaseException | None:

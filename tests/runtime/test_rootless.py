@@ -7,7 +7,6 @@ import json
 import os
 import secrets
 import shlex
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,57 +16,27 @@ import pytest
 import rootless_battery
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from wheels import wheel_script
 
 pytestmark = pytest.mark.integration
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 
-_CLEANUP = """
-from agent_sandbox.providers.local import local_provider
-e = local_provider()
-for i in e.list():
-    e.kill(i.sandbox_id, delete_volume=True)
-for v in e.list_volumes():
-    e.delete_volume(v.volume_id)
-"""
-
 
 @pytest.fixture(scope="module")
 def user(local_users: Any) -> Iterator[Any]:
     """An unprivileged user with working rootless sandboxes (skips where the host lacks
     unprivileged user namespaces)."""
-    if shutil.which("runc") is None:
-        pytest.skip("runc is not installed")
-    from agent_sandbox.runtime import subids
-
-    subids.reserve()  # before useradd: the user's subuids must not be the root engine's
-    made = local_users.create()
-    probe = made.run(["unshare", "--user", "--map-root-user", "true"])
-    if probe.returncode != 0:
-        pytest.skip(f"unprivileged user namespaces do not work here: {probe.stderr.strip()}")
+    made = local_users.create_rootless()
     yield made
-    made.run([made.python(), "-c", _CLEANUP], timeout=120)
+    made.clear_engine()
 
 
 # Run inside the sandbox: a wheel installed by pip into the system site-packages and a
 # .deb installed by dpkg (files owned by root and then by id 1000, its database updated),
 # both built there, offline.
-_WHEEL = """
-import base64, hashlib, zipfile
-dist = "abxmark-1.0.dist-info/"
-files = {"abxmark.py": b"X = 42\\n",
-         dist + "METADATA": b"Metadata-Version: 2.1\\nName: abxmark\\nVersion: 1.0\\n",
-         dist + "WHEEL": b"Wheel-Version: 1.0\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"}
-def digest(data):
-    raw = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-    return "sha256=" + raw.decode()
-record = "".join(f"{n},{digest(d)},{len(d)}\\n" for n, d in files.items())
-with zipfile.ZipFile("abxmark-1.0-py3-none-any.whl", "w") as whl:
-    for name, data in files.items():
-        whl.writestr(name, data)
-    whl.writestr(dist + "RECORD", record + dist + "RECORD,,\\n")
-"""
+_WHEEL = wheel_script("abxmark")
 _INSTALL = "\n".join([
     "set -e", "cd /workspace",
     f"python3 -c {shlex.quote(_WHEEL)}",

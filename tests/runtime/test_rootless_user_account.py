@@ -7,8 +7,6 @@ tests/guest/test_users.py.)"""
 from __future__ import annotations
 
 import json
-import shutil
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -39,17 +37,8 @@ with Sandbox.create(template='code-interpreter-v1') as sb:
 
 
 @pytest.fixture(scope="module")
-def user(local_users: Any) -> Iterator[Any]:
-    if shutil.which("runc") is None:
-        pytest.skip("runc is not installed")
-    from agent_sandbox.runtime import subids
-
-    subids.reserve()  # before useradd: the user's subuids must not be the root engine's
-    made = local_users.create()
-    probe = made.run(["unshare", "--user", "--map-root-user", "true"])
-    if probe.returncode != 0:
-        pytest.skip(f"unprivileged user namespaces do not work here: {probe.stderr.strip()}")
-    yield made
+def user(local_users: Any) -> Any:
+    return local_users.create_rootless()
 
 
 def test_the_user_account_in_a_rootless_sandbox(user: Any) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import secrets
 import shlex
-import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -19,53 +18,23 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from wheels import wheel_script
 
 from agent_sandbox.settings import Settings
 
 pytestmark = pytest.mark.integration
 
-_CLEANUP = """
-from agent_sandbox.providers.local import local_provider
-e = local_provider()
-for i in e.list():
-    e.kill(i.sandbox_id, delete_volume=True)
-for v in e.list_volumes():
-    e.delete_volume(v.volume_id)
-"""
-
 # A wheel built inside the sandbox and pip-installed into the shared venv (a new package:
 # new files in root's directories, through the user's mirror of them), offline.
-_WHEEL = """
-import base64, hashlib, zipfile
-dist = "abxshared-1.0.dist-info/"
-files = {"abxshared.py": b"X = 42\\n",
-         dist + "METADATA": b"Metadata-Version: 2.1\\nName: abxshared\\nVersion: 1.0\\n",
-         dist + "WHEEL": b"Wheel-Version: 1.0\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"}
-def digest(data):
-    raw = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-    return "sha256=" + raw.decode()
-record = "".join(f"{n},{digest(d)},{len(d)}\\n" for n, d in files.items())
-with zipfile.ZipFile("/workspace/abxshared-1.0-py3-none-any.whl", "w") as whl:
-    for name, data in files.items():
-        whl.writestr(name, data)
-    whl.writestr(dist + "RECORD", record + dist + "RECORD,,\\n")
-"""
+_WHEEL = wheel_script("abxshared", "/workspace/")
 
 
 @pytest.fixture
 def new_user(local_users: Any) -> Iterator[Any]:
     """A user who has never run a sandbox (skips without runc or user namespaces)."""
-    if shutil.which("runc") is None:
-        pytest.skip("runc is not installed")
-    from agent_sandbox.runtime import subids
-
-    subids.reserve()  # before useradd: the user's subuids must not be the root engine's
-    made = local_users.create()
-    probe = made.run(["unshare", "--user", "--map-root-user", "true"])
-    if probe.returncode != 0:
-        pytest.skip(f"unprivileged user namespaces do not work here: {probe.stderr.strip()}")
+    made = local_users.create_rootless()
     yield made
-    made.run([made.python(), "-c", _CLEANUP], env=made.env(**_engine_env()), timeout=120)
+    made.clear_engine(env=made.env(**_engine_env()))
 
 
 def _engine_env() -> dict[str, str]:

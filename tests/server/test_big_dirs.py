@@ -21,25 +21,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _peak_rss import reset_peak, status_kb
 
 FILES = 5000
 LINKS = 300
 BIG = 200 << 20
 MAX_GROWTH_MB = 200  # the tree is ~210 MiB: nothing holds it whole
 pytestmark = pytest.mark.integration  # ~35 s for both, most of it making the tree
-
-
-def _status_kb(pid: int | str, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise KeyError(field)
-
-
-def _reset_peak(pid: int | str) -> int:
-    """Peak RSS (VmHWM) back to the current RSS; returns that RSS in KiB."""
-    Path(f"/proc/{pid}/clear_refs").write_text("5")
-    return _status_kb(pid, "VmRSS")
 
 
 def make_tree(root: Path) -> None:
@@ -125,9 +113,9 @@ def test_big_tree_through_the_gateway(tree: Path) -> None:
     try:
         pid = gateway.proc.pid
         _warm(gateway.url, token)
-        base_kb = _reset_peak(pid)
+        base_kb = reset_peak(pid)
         client = _run_client(tree, gateway.url, token)
-        gateway_mb = (_status_kb(pid, "VmHWM") - base_kb) / 1024
+        gateway_mb = (status_kb(pid, "VmHWM") - base_kb) / 1024
     finally:
         gateway.stop()
     _check(client, "gateway")
@@ -163,14 +151,14 @@ def _client(tree: Path, where: str, token: str | None) -> dict[str, object]:
     sb = Sandbox.create(disk_mb=1024, provider=provider)
     try:
         sb.files.write("/workspace/warm", b"x")
-        base_kb = _reset_peak("self")
+        base_kb = reset_peak("self")
         t0 = time.monotonic()
         up = sb.files.upload_dir(tree, "/workspace/tree")
         t1 = time.monotonic()
         back = Path(tempfile.mkdtemp(prefix="abx-big-back-")) / "tree"
         down = sb.files.download_dir("/workspace/tree", back, outside_links=True)
         t2 = time.monotonic()
-        growth = (_status_kb("self", "VmHWM") - base_kb) / 1024
+        growth = (status_kb("self", "VmHWM") - base_kb) / 1024
         inside = sb.commands.run("sha256sum /workspace/tree/big.bin", timeout=120)
     finally:
         sb.kill(delete_volume=True)

@@ -17,26 +17,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _peak_rss import reset_peak, status_kb
 
 SIZE = 1 << 30
 CHUNK = 1 << 20
 MAX_GROWTH_MB = 200  # far below the file's 1024 MiB: nothing holds it whole
 PATH = "/workspace/big.bin"
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def _status_kb(pid: int | str, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise KeyError(field)
-
-
-def _reset_peak(pid: int | str) -> int:
-    """Set the process's peak RSS (VmHWM) back to its current RSS, so the peak read later
-    is this transfer's alone, not start-up's; returns that RSS in KiB."""
-    Path(f"/proc/{pid}/clear_refs").write_text("5")
-    return _status_kb(pid, "VmRSS")
 
 
 def test_one_gib_up_and_down_with_bounded_memory() -> None:
@@ -54,14 +41,14 @@ def test_one_gib_up_and_down_with_bounded_memory() -> None:
         sid = provider.create(disk_mb=2048).sandbox_id  # room for 1 GiB and its temp copy
         try:
             provider.write_file(sid, "/workspace/warm", b"x")  # routes and threads warmed
-            base_kb = _reset_peak(pid)
+            base_kb = reset_peak(pid)
             started = time.monotonic()
             out = subprocess.run([sys.executable, __file__, gateway.url, token, sid],
                                  capture_output=True, text=True, timeout=300)
             took = time.monotonic() - started
             assert out.returncode == 0, out.stderr[-3000:]
             client = json.loads(out.stdout)
-            gateway_growth_mb = (_status_kb(pid, "VmHWM") - base_kb) / 1024
+            gateway_growth_mb = (status_kb(pid, "VmHWM") - base_kb) / 1024
             inside = provider.run(sid, f"sha256sum {PATH}", timeout=60).stdout.split()[0]
         finally:
             provider.kill(sid, delete_volume=True)
@@ -96,7 +83,7 @@ def _client(url: str, token: str, sandbox_id: str) -> dict[str, object]:
     from agent_sandbox.providers.remote import RemoteProvider
 
     sb = Sandbox.connect(sandbox_id, provider=RemoteProvider(url, token))
-    base_kb = _reset_peak("self")
+    base_kb = reset_peak("self")
     up = hashlib.sha256()
     t0 = time.monotonic()
     written = sb.files.write(PATH, _generated(up))
@@ -109,7 +96,7 @@ def _client(url: str, token: str, sandbox_id: str) -> dict[str, object]:
     t2 = time.monotonic()
     return {"written": written, "read": read, "sha_up": up.hexdigest(),
             "sha_down": down.hexdigest(), "up_s": t1 - t0, "down_s": t2 - t1,
-            "growth_mb": (_status_kb("self", "VmHWM") - base_kb) / 1024}
+            "growth_mb": (status_kb("self", "VmHWM") - base_kb) / 1024}
 
 
 if __name__ == "__main__":
