@@ -17,7 +17,9 @@ import json
 import os
 import re
 import secrets
+import shutil
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -210,6 +212,13 @@ def _call(fn: Callable[..., None]) -> None:
     kwargs: dict[str, object] = {}
     if "tag" in params:
         kwargs["tag"] = "abx-hostile-" + secrets.token_hex(6)
+    if "tmp_path" in params and "sandbox" not in params:  # pytest's scratch-dir fixture
+        scratch = tempfile.mkdtemp(prefix="abx-battery-")
+        try:
+            fn(**kwargs, tmp_path=Path(scratch))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return
     if "sandbox" not in params:
         fn(**kwargs)
         return
