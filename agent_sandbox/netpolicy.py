@@ -1,0 +1,257 @@
+"""A sandbox's network policy: the one definition the SDK, MCP, REST, CLI and engine share.
+
+Three modes:
+
+- ``off`` (the default): loopback only; names do not resolve.
+- ``allowlist``: only the names (exact, or ``*.`` wildcards: subdomains at any depth, not
+  the name itself), CIDRs and presets in ``allow_out``, minus ``deny_out``.
+- ``full``: any public address, minus ``deny_out``.
+
+Whatever the mode, the host, private and link-local ranges and other sandboxes are never
+reachable (the runtime enforces that apart from this policy; only an operator can open a
+range). ``deny_out`` always wins over ``allow_out``.
+
+Shorthands ``parse`` accepts: ``False``/``None``/``"off"``; ``True``/``"full"``; a preset
+name (``"registries"``); a comma-separated or list of entries (an allowlist); a mapping
+``{"mode"?, "allow_out": [...], "deny_out": [...]}`` (E2B's shape).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from agent_sandbox.errors import InvalidArgumentError
+
+Mode = Literal["off", "allowlist", "full"]
+MODES: tuple[str, ...] = ("off", "allowlist", "full")
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+# What each package manager's installer really downloads from.
+PRESETS: dict[str, tuple[str, ...]] = {
+    "registries": (
+        "pypi.org", "files.pythonhosted.org",  # pip, uv
+        "registry.npmjs.org", "registry.yarnpkg.com",  # npm, yarn, pnpm
+        "deb.debian.org", "security.debian.org", "cdn-fastly.deb.debian.org",  # apt (Debian)
+        "archive.ubuntu.com", "*.archive.ubuntu.com", "security.ubuntu.com",  # apt (Ubuntu)
+        "ports.ubuntu.com",
+    ),
+}
+
+_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+_HINT = ("an entry is a host name (pypi.org), a wildcard (*.example.com), an address or "
+         f"CIDR (203.0.113.7, 198.51.100.0/24) or a preset ({', '.join(PRESETS)})")
+
+
+def _name(text: str) -> str | None:
+    """``text`` as a normalised host name, or None if it is not one."""
+    name = text.strip().lower().rstrip(".")
+    if not name or len(name) > 253 or "." not in name:
+        return None
+    labels = name.split(".")
+    if not all(_LABEL.match(label) for label in labels) or labels[-1].isdigit():
+        return None
+    return name
+
+
+def _cidr(text: str) -> Network | None:
+    try:
+        return ipaddress.ip_network(text.strip(), strict=False)
+    except ValueError:
+        return None
+
+
+def normalise_entry(entry: object) -> str:
+    """One allow/deny entry in its canonical spelling; a clear error otherwise."""
+    if not isinstance(entry, str) or not entry.strip():
+        raise InvalidArgumentError(f"network entry {entry!r} is not a non-empty string; {_HINT}")
+    text = entry.strip().lower()
+    if text in PRESETS:
+        return text
+    if text.startswith("*."):
+        name = _name(text[2:])
+        if name is None:
+            raise InvalidArgumentError(f"network entry {entry!r}: the wildcard must be '*.' "
+                                       f"before a host name; {_HINT}")
+        return f"*.{name}"
+    net = _cidr(text)
+    if net is not None:
+        return str(net)
+    name = _name(text)
+    if name is None:
+        raise InvalidArgumentError(f"network entry {entry!r} is not understood; {_HINT}")
+    return name
+
+
+def name_matches(name: str, entry: str) -> bool:
+    """Does host ``name`` (normalised) match the name or wildcard ``entry``?"""
+    if entry.startswith("*."):
+        return name.endswith(entry[1:])
+    return name == entry
+
+
+def _overlap(base: str, denied: str) -> bool:
+    """Does the wildcard ``*.base`` share any name with the deny entry ``denied``?"""
+    if not denied.startswith("*."):
+        return denied.endswith("." + base)
+    other = denied[2:]
+    return other == base or other.endswith("." + base) or base.endswith("." + other)
+
+
+class NetworkPolicy(BaseModel):
+    """What a sandbox may connect to. Build one with ``parse``; entries are canonical."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mode: Mode = "off"
+    allow_out: tuple[str, ...] = ()
+    deny_out: tuple[str, ...] = ()
+
+    # -- reading -------------------------------------------------------------------------
+    def expanded(self, entries: Iterable[str]) -> list[str]:
+        """Entries with presets replaced by what they name."""
+        out: list[str] = []
+        for entry in entries:
+            out.extend(PRESETS.get(entry, (entry,)))
+        return out
+
+    def _names(self, entries: Iterable[str]) -> list[str]:
+        return [e for e in self.expanded(entries) if _cidr(e) is None]
+
+    def _nets(self, entries: Iterable[str]) -> list[Network]:
+        return [n for n in map(_cidr, self.expanded(entries)) if n is not None]
+
+    def allows_name(self, name: str) -> bool:
+        """May the sandbox resolve and connect to host ``name``?"""
+        host = _name(name)
+        if host is None or self.mode == "off":
+            return False
+        if any(name_matches(host, e) for e in self._names(self.deny_out)):
+            return False
+        return self.mode == "full" or any(name_matches(host, e)
+                                          for e in self._names(self.allow_out))
+
+    def allows_address(self, address: str) -> bool:
+        """May the sandbox connect to ``address`` by number (no name involved)? The
+        runtime's always-blocked ranges are checked apart from this."""
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return False
+        if self.mode == "off" or any(ip in n for n in self._nets(self.deny_out)):
+            return False
+        return self.mode == "full" or any(ip in n for n in self._nets(self.allow_out))
+
+    def describe(self) -> str:
+        """For people: ``allowlist (pypi.org, registries)``, ``full``, ``off``."""
+        text = self.mode
+        if self.allow_out:
+            text += f" ({', '.join(self.allow_out)})"
+        if self.deny_out:
+            text += f" except ({', '.join(self.deny_out)})"
+        return text
+
+    # -- ceilings ------------------------------------------------------------------------
+    def _covers(self, entry: str) -> bool:
+        """Does this policy allow everything ``entry`` (canonical, not a preset) allows?"""
+        if self.mode == "off":
+            return False
+        net = _cidr(entry)
+        denied_nets, denied_names = self._nets(self.deny_out), self._names(self.deny_out)
+        if net is not None:
+            if any(net.overlaps(d) for d in denied_nets):
+                return False
+            return self.mode == "full" or any(net.version == n.version and net.subnet_of(n)
+                                              for n in self._nets(self.allow_out))
+        if not entry.startswith("*."):
+            return self.allows_name(entry)
+        base = entry[2:]
+        if any(_overlap(base, d) for d in denied_names):
+            return False
+        return self.mode == "full" or any(
+            a.startswith("*.") and (base == a[2:] or base.endswith(a[1:]))
+            for a in self._names(self.allow_out))
+
+    def within(self, ceiling: NetworkPolicy) -> bool:
+        """Is everything this policy allows also allowed by ``ceiling``?"""
+        if self.mode == "off":
+            return True
+        if self.mode == "full":
+            return ceiling.mode == "full" and set(ceiling.expanded(ceiling.deny_out)) <= set(
+                self.expanded(self.deny_out))
+        return all(ceiling._covers(e) for e in self.expanded(self.allow_out))
+
+    def check_within(self, ceiling: NetworkPolicy, who: str) -> None:
+        """Raise a clear error if this policy asks for more than ``ceiling`` (set by
+        ``who``: "the MCP server's operator", "API key 'ci'")."""
+        if not self.within(ceiling):
+            raise InvalidArgumentError(
+                f"network {self.describe()} is more than {who} allows (at most "
+                f"{ceiling.describe()}); ask for less, or have the operator raise the ceiling")
+
+
+def _entries(value: object, field: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [v for v in value.split(",") if v.strip()]
+    if not isinstance(value, list | tuple):
+        raise InvalidArgumentError(f"network {field} must be a list of entries; {_HINT}")
+    if len(value) > 256:
+        raise InvalidArgumentError(f"network {field} has {len(value)} entries; at most 256")
+    return tuple(dict.fromkeys(normalise_entry(v) for v in value))
+
+
+def _from_mapping(value: Mapping[str, Any]) -> NetworkPolicy:
+    unknown = set(value) - {"mode", "allow_out", "deny_out"}
+    if unknown:
+        raise InvalidArgumentError(f"network policy has unknown field(s) {sorted(unknown)}; "
+                                   "it takes mode, allow_out and deny_out")
+    allow = _entries(value.get("allow_out") or [], "allow_out")
+    deny = _entries(value.get("deny_out") or [], "deny_out")
+    mode = value.get("mode")
+    if mode is None:
+        mode = "allowlist" if allow else ("full" if deny else "off")
+    if mode not in MODES:
+        raise InvalidArgumentError(f"network mode {mode!r} is not one of {', '.join(MODES)}")
+    if mode == "off" and (allow or deny):
+        raise InvalidArgumentError("network mode 'off' takes no allow_out or deny_out")
+    if mode == "full" and allow:
+        raise InvalidArgumentError("network mode 'full' allows everything public already; "
+                                   "give allow_out with mode 'allowlist' (or deny_out only)")
+    if mode == "allowlist" and not allow:
+        raise InvalidArgumentError("network mode 'allowlist' needs at least one allow_out "
+                                   f"entry; {_HINT}")
+    try:
+        return NetworkPolicy(mode=mode, allow_out=allow, deny_out=deny)
+    except ValidationError as exc:  # unreachable with the checks above; never a traceback
+        raise InvalidArgumentError(f"network policy is not valid: {exc}") from None
+
+
+def parse(value: object) -> NetworkPolicy:
+    """Any accepted spelling of a policy (see the module doc) as a NetworkPolicy."""
+    if isinstance(value, NetworkPolicy):
+        return value
+    if value is None or value is False:
+        return NetworkPolicy()
+    if value is True:
+        return NetworkPolicy(mode="full")
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("off", "none", ""):
+            return NetworkPolicy()
+        if text in ("full", "on"):
+            return NetworkPolicy(mode="full")
+        if text == "allowlist":
+            raise InvalidArgumentError(f"network 'allowlist' needs its entries: {_HINT}")
+        return _from_mapping({"allow_out": value})
+    if isinstance(value, list | tuple):
+        return _from_mapping({"allow_out": list(value)})
+    if isinstance(value, Mapping):
+        return _from_mapping(value)
+    raise InvalidArgumentError(
+        f"network {value!r} is not understood: give off, full, a preset "
+        f"({', '.join(PRESETS)}), a list of entries, or {{'allow_out': [...], "
+        "'deny_out': [...]}")
