@@ -78,6 +78,6 @@ fi
 case "$job" in
     "") say "set up; run 'scripts/setup.sh mcp' or 'scripts/setup.sh test'" ;;
     mcp) exec .venv/bin/python -m agent_sandbox.agent.mcp "$@" ;;
-    test) exec .venv/bin/python -m pytest -q -rs "$@" ;;
+    test) exec .venv/bin/python -m pytest -q -rs --durations=25 "$@" ;;
     *) echo "setup.sh: unknown job '$job' (use mcp or test)" >&2; exit 2 ;;
 esac
