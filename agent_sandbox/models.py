@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from agent_sandbox.netpolicy import NetworkPolicy, NetworkSpec
+
 
 @dataclass(frozen=True)
 class CreateOptions:
@@ -17,7 +19,9 @@ class CreateOptions:
     Values are checked by the engine (and by the gateway's schema), not here.
 
     ``timeout``: idle seconds after which the sandbox is auto-paused; every use extends
-    it. ``network=False`` leaves only loopback. ``volume`` attaches a volume kept from an
+    it. ``network``: what it may reach (a NetworkPolicy or any shorthand
+    ``netpolicy.parse`` takes: ``False``/"off" loopback only, "registries", a list of names
+    and CIDRs, ``True``/"full"). ``volume`` attaches a volume kept from an
     earlier sandbox as /workspace. ``cpu``, ``memory_mb``, ``disk_mb``: None takes the
     host's defaults.
     """
@@ -28,7 +32,7 @@ class CreateOptions:
     cpu: float | None = None
     memory_mb: int | None = None
     disk_mb: int | None = None
-    network: bool = False
+    network: NetworkSpec = False
     persistent: bool = False
     metadata: dict[str, str] | None = None
     volume: str | None = None
@@ -46,7 +50,7 @@ class SandboxInfo(BaseModel):
     last_used: float
     timeout: float = Field(description="idle seconds before the sandbox is auto-paused")
     persistent: bool
-    network: bool
+    network: NetworkPolicy
     volume_id: str
     metadata: dict[str, str] = {}
     envs: dict[str, str] = {}

@@ -30,6 +30,8 @@ from agent_sandbox.errors import InvalidArgumentError
 Mode = Literal["off", "allowlist", "full"]
 MODES: tuple[str, ...] = ("off", "allowlist", "full")
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+# Whatever ``parse`` takes: what create(network=...) and set_network(...) accept.
+NetworkSpec = Any
 
 # What each package manager's installer really downloads from.
 PRESETS: dict[str, tuple[str, ...]] = {

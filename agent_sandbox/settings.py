@@ -120,6 +120,13 @@ class Settings(BaseSettings):
         "ABX_TEMPLATE_INDEX_URL", "Package index `code-interpreter-v1` is built from (pip "
         "`--index-url`).", shown_default="pip's own (`PIP_INDEX_URL`, pip.conf), else PyPI",
         default="")
+    network_open_ranges: CommaList = _var(
+        "ABX_NETWORK_OPEN_RANGES", "Address ranges (CIDRs, comma list) sandboxes may reach "
+        "although they are the host's, private or link-local: an operator's explicit choice "
+        "(policies still apply).", default=())
+    network_hosts: CommaList = _var(
+        "ABX_NETWORK_HOSTS", "Names the sandbox policy resolver answers itself "
+        "(`name=address`, comma list), before the host's resolver.", default=())
     paused_stop_after: float = _var(
         "ABX_PAUSED_STOP_AFTER", "Seconds a sandbox stays paused before its container is "
         "stopped (disk kept; resuming boots it afresh).", default=900.0, ge=0)
@@ -212,7 +219,8 @@ class Settings(BaseSettings):
     def _upper(cls, value: Any) -> Any:
         return value.strip().upper() if isinstance(value, str) else value
 
-    @field_validator("pool_templates", "mcp_allowed_origins", mode="before")
+    @field_validator("pool_templates", "mcp_allowed_origins", "network_open_ranges",
+                     "network_hosts", mode="before")
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -1,21 +1,17 @@
 """Starting a sandbox's container: disk, root filesystem, bundle, runc, the guest's first
-answer, and its network helper."""
+answer, and its network proxy."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import select
-import shutil
-import signal
 import socket
-import subprocess
 import time
 from pathlib import Path
 
 from agent_sandbox.errors import RuntimeUnavailableError, SandboxTimeoutError
-from agent_sandbox.runtime import supervisor
+from agent_sandbox.runtime import netproc, supervisor
 from agent_sandbox.runtime.config import Limits
 from agent_sandbox.runtime.disk import SYSTEM, WORKSPACE
 from agent_sandbox.runtime.guest_client import GuestClient, GuestUnavailableError
@@ -53,8 +49,8 @@ class Booter:
             sandbox_id=row.id, rootfs=str(sbdir / "rootfs"),
             workspace=str(disk_root / WORKSPACE), run_dir=str(run_dir),
             guest_dir=str(GUEST_DIR), python=guest.argv, limits=Limits(**row.limits),
-            network=row.network, extra_mounts=tuple(guest.mounts),
-            empty_file=str(self.layout.empty_file()),
+            extra_mounts=tuple(guest.mounts), empty_file=str(self.layout.empty_file()),
+            resolv_file=str(self.layout.resolv_file()),
         )
         config = build_config(spec)
         config["process"]["env"] += [f"{k}={v}" for k, v in guest.env.items()]
@@ -71,7 +67,7 @@ class Booter:
             self.wait_ready(row.id, out_r)
         finally:
             os.close(out_r)  # the guest's later output goes nowhere
-        if row.network:
+        if row.network.mode != "off":
             self.start_network(row)
 
     def system_dir(self, row: SandboxRow) -> Path:
@@ -109,50 +105,24 @@ class Booter:
 
     # network ----------------------------------------------------------------------------
     def start_network(self, row: SandboxRow) -> None:
-        """User-mode networking (slirp4netns): the internet only, never the host or the LAN
-        (egress.py's filter, in each boot's new netns before tap0 exists)."""
+        """The policy proxy of this boot's network namespace (none with the network off);
+        whatever served an earlier boot serves a namespace that is gone."""
+        self.stop_network(row.id)
+        if row.network.mode == "off":
+            return
         state = self.runc.state(row.id)
-        if not state or not shutil.which("slirp4netns"):
-            raise RuntimeUnavailableError("network=True needs slirp4netns "
-                                          "(apt-get install slirp4netns)")
-        self.mode.install_egress(state["pid"])
-        self.stop_network(row.id)  # the previous boot's, serving a netns that is gone
-        log_path = self.layout.sandbox_dir(row.id) / "slirp.log"
-        log = open(log_path, "ab")  # noqa: SIM115
-        ready_r, ready_w = os.pipe()
-        proc = subprocess.Popen(
-            ["slirp4netns", "--configure", "--mtu=65520", "--disable-host-loopback",
-             f"--ready-fd={ready_w}", str(state["pid"]), "tap0"],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-            pass_fds=(ready_w,),
-        )
-        log.close()
-        os.close(ready_w)
-        self.store.update_sandbox(row.id, helper_pid=proc.pid)
-        # Return only once tap0 is configured: a command right after create must see it.
-        try:
-            ready, _, _ = select.select([ready_r], [], [], 10)
-            if not ready or not os.read(ready_r, 1):
-                raise RuntimeUnavailableError("slirp4netns did not configure the network; "
-                                              f"see {log_path}")
-        finally:
-            os.close(ready_r)
+        if not state:
+            raise RuntimeUnavailableError(f"sandbox {row.id} has no running container to "
+                                          "give a network")
+        pid = netproc.start(self.layout.sandbox_dir(row.id), state["pid"], row.network,
+                            self.layout.config, join_userns=self.mode.join_userns)
+        self.store.update_sandbox(row.id, helper_pid=pid)
 
     def stop_network(self, sandbox_id: str) -> None:
-        """End the sandbox's slirp4netns, if the recorded pid still is one (a pid from the
-        database may have been reused by anything since)."""
         row = self.store.get_sandbox(sandbox_id)
-        pid = row.helper_pid if row is not None else 0
-        if not pid:
-            return
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            argv = []
-        if argv and os.path.basename(argv[0]) == b"slirp4netns":
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        self.store.update_sandbox(sandbox_id, helper_pid=0)
+        if row is not None and row.helper_pid:
+            netproc.stop(row.helper_pid)
+            self.store.update_sandbox(sandbox_id, helper_pid=0)
 
 
 def _listen(path: str) -> socket.socket:

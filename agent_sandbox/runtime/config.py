@@ -55,6 +55,10 @@ class EngineConfig:
     # Templates root builds once for every user (code-interpreter-v1), and where from.
     shared_templates_dir: Path = _from_settings("shared_templates_dir")
     template_index_url: str = _from_settings("template_index_url")
+    # What sandboxes may reach beyond the policy's always-blocked ranges, and names the
+    # policy resolver answers itself (runtime/netproc.proxy_config checks both).
+    network_open_ranges: tuple[str, ...] = _from_settings("network_open_ranges")
+    network_hosts: tuple[str, ...] = _from_settings("network_hosts")
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> EngineConfig:
@@ -64,7 +68,9 @@ class EngineConfig:
                       "pool_size": settings.pool_size,
                       "pool_templates": settings.pool_templates,
                       "shared_templates_dir": settings.shared_templates_dir,
-                      "template_index_url": settings.template_index_url, **overrides})
+                      "template_index_url": settings.template_index_url,
+                      "network_open_ranges": settings.network_open_ranges,
+                      "network_hosts": settings.network_hosts, **overrides})
 
     @property
     def db_path(self) -> Path:

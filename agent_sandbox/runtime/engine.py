@@ -17,8 +17,10 @@ import threading
 import time
 from typing import Any
 
+from agent_sandbox import netpolicy
 from agent_sandbox.errors import InvalidArgumentError, WrongStateError
 from agent_sandbox.models import SandboxInfo, TemplateInfo, VolumeInfo
+from agent_sandbox.netpolicy import NetworkSpec
 from agent_sandbox.runtime import code_template, recovery, supervisor, validate
 from agent_sandbox.runtime.activity import Activity
 from agent_sandbox.runtime.boot import GUEST_DIR
@@ -167,7 +169,7 @@ class Engine(GuestOps, DirOps, Terminals):
         cpu: float | None = None,
         memory_mb: int | None = None,
         disk_mb: int | None = None,
-        network: bool = False,
+        network: NetworkSpec = False,
         persistent: bool = False,
         metadata: dict[str, str] | None = None,
         volume: str | None = None,
@@ -183,13 +185,15 @@ class Engine(GuestOps, DirOps, Terminals):
                 tmpl = parts.templates.get(template)
             limits = _limits(self.config.limits, cpu, memory_mb, disk_mb)
             timeout = validate.positive(timeout, "timeout", allow_none=False, maximum=30 * 86400)
-            if not isinstance(network, bool) or not isinstance(persistent, bool):
-                raise InvalidArgumentError("network and persistent must be true or false")
+            if not isinstance(persistent, bool):
+                raise InvalidArgumentError("persistent must be true or false")
+            network = netpolicy.parse(network)
             envs = validate.envs(envs)
             metadata = validate.metadata(metadata)
-            if network:
+            if network.mode != "off":
                 self.mode.check_network()
-            if self._pool.fits(tmpl.name, volume=volume, network=network, limits=limits.__dict__):
+            if self._pool.fits(tmpl.name, volume=volume, network=network.mode != "off",
+                               limits=limits.__dict__):
                 claimed = self._pool.claim(tmpl.name, timeout=float(timeout), persistent=persistent,
                                            envs=envs, metadata=metadata, owner=owner)
                 if claimed is not None:
@@ -237,6 +241,14 @@ class Engine(GuestOps, DirOps, Terminals):
     def resume(self, sandbox_id: str) -> SandboxInfo:
         self._sandboxes.guest(sandbox_id)
         return self.info(sandbox_id)
+
+    def set_network(self, sandbox_id: str, network: NetworkSpec) -> None:
+        """Change what a sandbox may reach, without restarting it: connections the new
+        policy no longer allows are closed."""
+        policy = netpolicy.parse(network)
+        if policy.mode != "off":
+            self.mode.check_network()
+        self._sandboxes.set_network(sandbox_id, policy)
 
     def set_timeout(self, sandbox_id: str, timeout: float) -> None:
         timeout = validate.positive(timeout, "timeout", allow_none=False, maximum=30 * 86400)

@@ -15,12 +15,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agent_sandbox.runtime.config import EngineConfig
+from agent_sandbox.runtime.netproxy.config import GATEWAY
 
 if TYPE_CHECKING:
     from agent_sandbox.runtime.guest_client import GuestClient
     from agent_sandbox.runtime.runc import Runc
     from agent_sandbox.runtime.store import SandboxRow
     from agent_sandbox.runtime.templates import Template
+
+
+RESOLV_CONF = f"nameserver {GATEWAY}\noptions timeout:1 attempts:1\n"
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,19 @@ class Layout:
         if not path.exists():
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o444)
             os.close(fd)
+        return path
+
+    def resolv_file(self) -> Path:
+        """The sandbox's /etc/resolv.conf, host-owned and mounted read-only: the policy
+        resolver. With the network off its address does not exist in the sandbox, so a
+        lookup fails at once instead of waiting for a timeout."""
+        path = self.config.data_dir / "resolv.conf"
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o444)
+            try:
+                os.write(fd, RESOLV_CONF.encode())
+            finally:
+                os.close(fd)
         return path
 
 
@@ -110,7 +127,8 @@ class HostMode(Protocol):
 
     def remove_tree(self, path: Path) -> None: ...
 
-    def install_egress(self, pid: int) -> None: ...
+    # The rootless engine enters the sandbox's user namespace to set up its network.
+    join_userns: bool
 
     def release_views(self, in_use: Any) -> bool:
         """Drop host views of templates when ``in_use()`` says no sandbox needs them."""

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent_sandbox.runtime import disk, egress, rootfs, subids, syscalls
+from agent_sandbox.runtime import disk, netns, rootfs, subids, syscalls
 from agent_sandbox.runtime.config import HOST_ID_BASE, EngineConfig
 from agent_sandbox.runtime.host_mode import Layout
 from agent_sandbox.runtime.template_base import host_view_base
@@ -24,6 +24,7 @@ _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
 
 class RootHost:
     name = "root"
+    join_userns = False
     cgroups = "cgroupfs"
     sandbox_owner: int | None = HOST_ID_BASE
 
@@ -56,10 +57,11 @@ class RootHost:
                 "limits": {name: ("cgroup" if on else "not enforced (controller missing)")
                            if name != "disk" else "ext4 image per sandbox"
                            for name, on in enforced.items()},
-                "pause": "cgroup freezer", "network": "none, or slirp4netns (network=True)"}
+                "pause": "cgroup freezer",
+                "network": "loopback only, or a policy proxy (runtime/netproxy)"}
 
     def check_network(self) -> None:
-        return None  # slirp4netns and nft are checked as the network starts
+        netns.check_tools()
 
     def assemble_base(self, folder: Path) -> Template:
         return host_view_base(folder)
@@ -124,9 +126,6 @@ class RootHost:
 
     def remove_tree(self, path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)  # fd-based: no link in it is followed
-
-    def install_egress(self, pid: int) -> None:
-        egress.install(pid, join_userns=False)
 
     def release_views(self, in_use: Any) -> bool:
         return self.views.release(in_use)

@@ -9,8 +9,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent_sandbox.errors import RuntimeUnavailableError
-from agent_sandbox.runtime import disk, egress, oci, rootfs, rootless
+from agent_sandbox.runtime import disk, netns, oci, rootfs, rootless
 from agent_sandbox.runtime.config import EngineConfig, Limits
 from agent_sandbox.runtime.host_mode import Layout
 from agent_sandbox.runtime.template_base import user_copy_base
@@ -24,6 +23,7 @@ if TYPE_CHECKING:
 
 class RootlessHost:
     name = "rootless"
+    join_userns = True
     sandbox_owner: int | None = None  # the sandbox's root is this user already
 
     def __init__(self, config: EngineConfig) -> None:
@@ -52,11 +52,10 @@ class RootlessHost:
                 "ids": rootless.id_map().describe(), "enforced": enforced,
                 "limits": rootless.describe_limits(),
                 "pause": "SIGSTOP to every process but the guest (no freezer rootless)",
-                "network": "none, or slirp4netns as the user (network=True)"}
+                "network": "loopback only, or a policy proxy run as the user"}
 
     def check_network(self) -> None:
-        if problem := rootless.network_problem():
-            raise RuntimeUnavailableError(problem)
+        netns.check_tools()
 
     def assemble_base(self, folder: Path) -> Template:
         return user_copy_base(folder)
@@ -117,9 +116,6 @@ class RootlessHost:
 
     def remove_tree(self, path: Path) -> None:
         rootless.remove_tree(path)  # sandboxes wrote it with subordinate ids too
-
-    def install_egress(self, pid: int) -> None:
-        egress.install(pid, join_userns=True)
 
     def release_views(self, in_use: Any) -> bool:
         return not in_use()

@@ -46,11 +46,12 @@ class BundleSpec:
     guest_dir: str
     python: list[str]
     limits: Limits
-    network: bool
     extra_mounts: tuple[dict[str, Any], ...] = ()
     # A host-owned empty file mounted read-only over /etc/ld.so.preload: the guest's
     # loader must not take a library from the sandbox's writable /etc.
     empty_file: str | None = None
+    # Host-owned, read-only: the policy resolver's address (host_mode.resolv_file).
+    resolv_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,8 @@ def _mounts(spec: BundleSpec) -> list[dict[str, Any]]:
         *spec.extra_mounts,
         *([_bind(spec.empty_file, "/etc/ld.so.preload", readonly=True)]
           if spec.empty_file else []),
+        *([_bind(spec.resolv_file, "/etc/resolv.conf", readonly=True)]
+          if spec.resolv_file else []),
     ]
 
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from agent_sandbox.netpolicy import NetworkPolicy
 from agent_sandbox.runtime.config import EngineConfig
 from agent_sandbox.runtime.guest_client import GuestClient, GuestUnavailableError
 from agent_sandbox.runtime.sandboxes import Sandboxes
@@ -100,7 +101,7 @@ class WarmPool:
             now = time.time()
             row = SandboxRow(
                 id=sandbox_id, template=tmpl.name, state=SandboxState.CREATING, created_at=now,
-                last_used=now, timeout=300.0, persistent=False, network=False,
+                last_used=now, timeout=300.0, persistent=False, network=NetworkPolicy(),
                 volume_id=f"vol-{sandbox_id[4:]}", limits=self.config.limits.__dict__,
                 layers=[{"target": x.target, "lowers": x.lowers} for x in tmpl.layers],
             )

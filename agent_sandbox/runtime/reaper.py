@@ -30,6 +30,7 @@ def reap_once(sandboxes: Sandboxes, config: EngineConfig, now: float | None = No
                     # Rootless containers stay "running" for runc (stopped processes).
                     if state and state["status"] in ("paused", "running"):
                         sandboxes.runc.delete(row.id)
+                        sandboxes.booter.stop_network(row.id)
         except Exception:  # noqa: BLE001 - one bad sandbox must not stop the reaper
             continue
 

@@ -190,19 +190,6 @@ def describe_limits() -> dict[str, str]:
     }
 
 
-def network_problem() -> str | None:
-    """Why slirp4netns cannot give a rootless sandbox a network here, or None."""
-    if shutil.which("slirp4netns", path=f"{os.environ.get('PATH', '')}:{_TOOLS_PATH}") is None:
-        return "network=True needs slirp4netns (apt-get install slirp4netns)"
-    tun = "/dev/net/tun"
-    if not os.access(tun, os.R_OK | os.W_OK):
-        mode = oct(os.stat(tun).st_mode & 0o777) if os.path.exists(tun) else "missing"
-        return (f"network=True needs {tun} usable by this user for slirp4netns (here it is "
-                f"{mode}); as root: chmod 0666 {tun} (the usual mode; a udev rule keeps it), "
-                "or use the root engine / a sandbox daemon")
-    return None
-
-
 # trees ----------------------------------------------------------------------------------
 def remove_tree(path: Path) -> None:
     """``rm -rf`` of a tree sandboxes wrote, whatever ids inside wrote it."""

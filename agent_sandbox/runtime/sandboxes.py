@@ -15,6 +15,7 @@ from typing import Any
 
 from agent_sandbox.errors import NotFoundError, WrongStateError
 from agent_sandbox.models import SandboxInfo, VolumeInfo
+from agent_sandbox.netpolicy import NetworkPolicy
 from agent_sandbox.runtime import supervisor, validate
 from agent_sandbox.runtime.activity import Activity
 from agent_sandbox.runtime.boot import Booter
@@ -181,6 +182,16 @@ class Sandboxes:
             except BaseException:
                 self.store.update_sandbox(sandbox_id, state=SandboxState.RUNNING)
                 raise
+
+    def set_network(self, sandbox_id: str, policy: NetworkPolicy) -> None:
+        """Store the policy and, if the container runs (or is frozen), apply it now;
+        a stopped container gets it when it next boots."""
+        with self.lock(sandbox_id):
+            self.row(sandbox_id)
+            self.store.update_sandbox(sandbox_id, network=policy)
+            state = self.runc.state(sandbox_id)
+            if state and state["status"] in ("running", "paused"):
+                self.booter.start_network(self.row(sandbox_id))
 
     def reset_rootfs(self, sandbox_id: str) -> None:
         """Wipe the system layer (every change outside /workspace); same id, same volume."""

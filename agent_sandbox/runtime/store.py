@@ -21,6 +21,7 @@ from typing import Any
 
 from agent_sandbox import private_db
 from agent_sandbox.errors import RuntimeUnavailableError
+from agent_sandbox.netpolicy import NetworkPolicy
 
 # Migration step N brings a database from user_version N to N + 1, one statement at a
 # time (executescript would commit half way). Step 0 is the first schema exactly, with
@@ -80,7 +81,7 @@ class SandboxRow:
     last_used: float
     timeout: float
     persistent: bool
-    network: bool
+    network: NetworkPolicy
     volume_id: str
     envs: dict[str, str] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
@@ -100,6 +101,13 @@ class VolumeRow:
 
 
 _JSON_FIELDS = ("envs", "metadata", "limits", "layers")
+
+
+def _policy(stored: object) -> NetworkPolicy:
+    """The network column: policy JSON; rows from before policies hold 0 or 1."""
+    if isinstance(stored, str):
+        return NetworkPolicy.model_validate_json(stored)
+    return NetworkPolicy(mode="full" if stored else "off")
 
 
 class Store:
@@ -153,6 +161,7 @@ class Store:
         data = asdict(row)
         for key in _JSON_FIELDS:
             data[key] = json.dumps(data[key])
+        data["network"] = row.network.model_dump_json()
         cols = ", ".join(data)
         marks = ", ".join(f":{k}" for k in data)
         with self._tx() as db:
@@ -162,6 +171,8 @@ class Store:
         for key in _JSON_FIELDS:
             if key in changes:
                 changes[key] = json.dumps(changes[key])
+        if isinstance(changes.get("network"), NetworkPolicy):
+            changes["network"] = changes["network"].model_dump_json()
         sets = ", ".join(f"{k} = :{k}" for k in changes)
         with self._tx() as db:
             db.execute(f"UPDATE sandboxes SET {sets} WHERE id = :_id",
@@ -221,7 +232,7 @@ class Store:
             for key in _JSON_FIELDS:
                 data[key] = json.loads(data[key])
             data["persistent"] = bool(data["persistent"])
-            data["network"] = bool(data["network"])
+            data["network"] = _policy(data["network"])
             data["state"] = SandboxState(data["state"])
             out.append(SandboxRow(**data))
         return out

@@ -17,6 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from agent_sandbox.runtime.host_mode import RESOLV_CONF
 from agent_sandbox.runtime.templates import BASE, Layer, Template
 
 _USR_MERGED_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -225,8 +226,8 @@ def _ensure_etc_snapshot(folder: Path) -> Path:
             os.chmod(tmp / name, 0o640)
     _add_default_user(tmp)
     for name, text in (("hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n"),
-                       # slirp4netns' DNS forwarder, for sandboxes with network=True
-                       ("resolv.conf", "nameserver 10.0.2.3\n"),
+                       # the policy resolver (a read-only mount over it at boot)
+                       ("resolv.conf", RESOLV_CONF),
                        ("hostname", "sandbox\n")):
         target = tmp / name
         if target.is_symlink() or target.exists():

@@ -17,6 +17,7 @@ from agent_sandbox.models import (
     Result,
     SandboxInfo,
 )
+from agent_sandbox.netpolicy import NetworkSpec
 from agent_sandbox.providers import Provider, default_provider
 from agent_sandbox.sdk.commands import Commands
 from agent_sandbox.sdk.files import Files
@@ -138,6 +139,12 @@ class Sandbox:
 
     def set_timeout(self, timeout: float) -> None:
         self._provider.set_timeout(self.sandbox_id, timeout)
+
+    def set_network(self, network: NetworkSpec) -> None:
+        """Change what the sandbox may reach, while it runs: "off", "registries", a list
+        of names (``*.`` wildcards) and CIDRs, ``{"allow_out": [...], "deny_out": [...]}``
+        or "full". Connections the new policy no longer allows are closed."""
+        self._provider.set_network(self.sandbox_id, network)
 
     def kill(self, delete_volume: bool = False) -> None:
         """Destroy the sandbox. Its /workspace volume (``volume_id``) is kept unless

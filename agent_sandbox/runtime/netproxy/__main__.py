@@ -1,0 +1,71 @@
+"""``python -m agent_sandbox.runtime.netproxy --tcp-fd N --udp-fd M --config-fd C
+--ready-fd R [--user UID:GID]``: serve one sandbox's network until killed."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+
+from agent_sandbox.runtime.netproxy import config as proxy_config
+from agent_sandbox.runtime.netproxy import dns_server
+from agent_sandbox.runtime.netproxy.fake import FakeAddresses
+from agent_sandbox.runtime.netproxy.log import Log
+from agent_sandbox.runtime.netproxy.resolver import Resolver
+from agent_sandbox.runtime.netproxy.tcp import CHUNK, TcpProxy
+
+
+def _drop_privileges(spec: str) -> None:
+    """Root engine: the proxy needs no privilege to connect out; run it as nobody."""
+    uid, gid = (int(x) for x in spec.split(":", 1))
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+
+
+async def _serve(args: argparse.Namespace, log: Log) -> None:
+    loop = asyncio.get_running_loop()
+    resolver = Resolver(proxy_config.load(args.config_fd))
+    fake = FakeAddresses()
+    proxy = TcpProxy(resolver, fake, log)
+    listener = socket.socket(fileno=args.tcp_fd)
+    listener.setblocking(False)
+    server = await asyncio.start_server(proxy.handle, sock=listener, limit=CHUNK,
+                                        backlog=1024)
+    await dns_server.serve(loop, socket.socket(fileno=args.udp_fd), resolver, fake, log)
+    stop = loop.create_future()
+    loop.add_signal_handler(signal.SIGTERM, lambda: stop.done() or stop.set_result(None))
+    os.write(args.ready_fd, b"1")
+    os.close(args.ready_fd)
+    log.info(f"serving, policy {resolver.config.policy.describe()}")
+    async with server:
+        await stop
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="netproxy")
+    parser.add_argument("--tcp-fd", type=int, required=True)
+    parser.add_argument("--udp-fd", type=int, required=True)
+    parser.add_argument("--config-fd", type=int, required=True)
+    parser.add_argument("--ready-fd", type=int, required=True)
+    parser.add_argument("--user", default="")
+    args = parser.parse_args(argv)
+    log = Log()
+    try:
+        if args.user:
+            _drop_privileges(args.user)
+        asyncio.run(_serve(args, log))
+    except (OSError, ValueError) as exc:
+        log.info(f"cannot serve: {exc}")
+        return 1
+    with contextlib.suppress(OSError):
+        sys.stderr.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

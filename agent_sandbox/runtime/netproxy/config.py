@@ -1,0 +1,81 @@
+"""The proxy's configuration: a JSON file the engine writes (0600, in the host-only
+sandbox directory) and the proxy re-reads on SIGHUP."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent_sandbox.netpolicy import NetworkPolicy
+
+# Names resolve to addresses of this range (benchmarking, never routed), one per name: the
+# sandbox never learns real addresses, and a connection's address says which name it is for.
+FAKE_RANGE = "198.18.0.0/15"
+GATEWAY = "10.255.255.1"  # the sandbox-side address of the proxy and resolver (on lo)
+_MAX_CONFIG = 4 << 20
+PROXY_PORT = 3128  # connections to GATEWAY:3128 are explicit proxy requests (CONNECT)
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    policy: NetworkPolicy
+    blocked: tuple[Network, ...] = ()
+    open_ranges: tuple[Network, ...] = ()
+    hosts: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def is_blocked(self, address: str) -> bool:
+        """Never connect here: the host, private, link-local... unless the operator opened
+        the range. IPv4-mapped IPv6 is judged as the IPv4 address it is."""
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return True
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        if any(ip in n for n in self.open_ranges):
+            return False
+        return not ip.is_global or any(ip in n for n in self.blocked)
+
+    def to_json(self) -> str:
+        return json.dumps({"policy": self.policy.model_dump(mode="json"),
+                           "blocked": [str(n) for n in self.blocked],
+                           "open_ranges": [str(n) for n in self.open_ranges],
+                           "hosts": {k: list(v) for k, v in self.hosts.items()}})
+
+
+def write(path: Path, config: ProxyConfig) -> None:
+    """Rewrite the file in place (the proxy holds it open: it may no longer be allowed to
+    open it once it has dropped privileges), 0600 from birth."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, config.to_json().encode(), 0)
+    finally:
+        os.close(fd)
+
+
+def load(fd: int) -> ProxyConfig:
+    """Read and check the file open at ``fd``; ValueError says what is wrong."""
+    raw = b""
+    while len(raw) < _MAX_CONFIG and (chunk := os.pread(fd, 65536, len(raw))):
+        raw += chunk
+    data = json.loads(raw)
+    if not isinstance(data, dict):
+        raise ValueError("the proxy config is not a JSON object")
+    hosts = data.get("hosts") or {}
+    if not isinstance(hosts, dict) or not all(
+            isinstance(k, str) and isinstance(v, list) and all(isinstance(a, str) for a in v)
+            for k, v in hosts.items()):
+        raise ValueError("hosts must map names to lists of addresses")
+    for addresses in hosts.values():
+        for a in addresses:
+            ipaddress.ip_address(a)
+    return ProxyConfig(
+        policy=NetworkPolicy.model_validate(data.get("policy") or {}),
+        blocked=tuple(ipaddress.ip_network(n) for n in data.get("blocked") or ()),
+        open_ranges=tuple(ipaddress.ip_network(n) for n in data.get("open_ranges") or ()),
+        hosts={k.lower().rstrip("."): tuple(v) for k, v in hosts.items()})

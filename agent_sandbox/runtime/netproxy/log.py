@@ -1,0 +1,42 @@
+"""The proxy's log (stderr, which the engine points at a file): what was refused, at most
+a few lines a second so a sandbox cannot fill the host's disk with refusals."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+_PER_WINDOW = 50
+_WINDOW = 10.0
+
+
+class Log:
+    def __init__(self) -> None:
+        self._window = 0.0
+        self._lines = 0
+        self._dropped = 0
+
+    def denied(self, message: str) -> None:
+        now = time.monotonic()
+        if now - self._window > _WINDOW:
+            if self._dropped:
+                self._write(f"({self._dropped} more refusals not logged)")
+            self._window, self._lines, self._dropped = now, 0, 0
+        if self._lines >= _PER_WINDOW:
+            self._dropped += 1
+            return
+        self._lines += 1
+        self._write(f"refused: {message}")
+
+    def info(self, message: str) -> None:
+        self._write(message)
+
+    @staticmethod
+    def _write(text: str) -> None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        printable = "".join(c if c.isprintable() else "?" for c in text)[:500]
+        try:
+            sys.stderr.write(f"{stamp} {printable}\n")
+            sys.stderr.flush()
+        except OSError:
+            pass

@@ -1,0 +1,89 @@
+"""The name a connection is for, from its first bytes: TLS SNI or the HTTP Host header.
+
+Bounded and total: any input (truncated, oversized, garbage) gives a Hello with or without
+a name, never an exception.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MAX_PEEK = 16 * 1024 + 5  # one TLS record (a ClientHello fits one) or an HTTP head
+_HTTP_METHOD = re.compile(rb"^[A-Z]{3,12} \S{1,8192} HTTP/1\.[01]\r?\n")
+_HOST_CHARS = re.compile(r"^[A-Za-z0-9.-]{1,253}$")
+
+
+@dataclass(frozen=True)
+class Hello:
+    kind: str  # "tls", "http", "other" or "partial" (more bytes needed)
+    name: str | None = None
+
+
+def _u16(b: bytes, i: int) -> int:
+    if i + 2 > len(b):
+        raise IndexError
+    return int.from_bytes(b[i:i + 2], "big")
+
+
+def _sni(data: bytes) -> Hello:
+    if len(data) < 5:
+        return Hello("partial")
+    need = 5 + _u16(data, 3)
+    if len(data) < need:
+        return Hello("partial" if need <= MAX_PEEK else "tls")
+    try:
+        body = data[5:need]
+        if body[0] != 1:  # not a ClientHello
+            return Hello("tls")
+        i = 4 + 2 + 32  # handshake header, client_version, random
+        i += 1 + body[i]  # session id
+        i += 2 + _u16(body, i)  # cipher suites
+        i += 1 + body[i]  # compression methods
+        end = i + 2 + _u16(body, i)
+        i += 2
+        while i + 4 <= min(end, len(body)):
+            kind, size = _u16(body, i), _u16(body, i + 2)
+            i += 4
+            if kind == 0:  # server_name: list length, then (type, length, name)
+                if body[i + 2] != 0:
+                    return Hello("tls")
+                size = _u16(body, i + 3)
+                return Hello("tls", _host(body[i + 5:i + 5 + size]))
+            i += size
+    except IndexError:
+        pass
+    return Hello("tls")
+
+
+def _host(raw: bytes) -> str | None:
+    try:
+        text = raw.decode("ascii").strip().lower().rstrip(".")
+    except UnicodeDecodeError:
+        return None
+    return text if _HOST_CHARS.match(text) else None
+
+
+def _http(data: bytes) -> Hello:
+    head_end = data.find(b"\r\n\r\n")
+    if head_end < 0:
+        return Hello("partial" if len(data) < MAX_PEEK else "http")
+    hosts = [line[5:].strip() for line in data[:head_end].split(b"\r\n")[1:]
+             if line[:5].lower() == b"host:"]
+    if len(hosts) != 1:  # none, or two that could be read differently upstream
+        return Hello("http")
+    host = hosts[0]
+    if host.startswith(b"["):
+        return Hello("http")
+    return Hello("http", _host(host.rsplit(b":", 1)[0] if b":" in host else host))
+
+
+def inspect(data: bytes) -> Hello:
+    """What ``data`` (the first bytes the client sent) says about where it is going."""
+    if not data:
+        return Hello("partial")
+    if data[0] == 0x16:
+        return _sni(data[:MAX_PEEK])
+    if _HTTP_METHOD.match(data[:8300]) or (len(data) < 16 and data.isalpha() and data.isupper()):
+        return _http(data[:MAX_PEEK]) if _HTTP_METHOD.match(data[:8300]) else Hello("partial")
+    return Hello("other")
