@@ -15,6 +15,8 @@ _DATA = Path(tempfile.mkdtemp(prefix="abx-test-", dir="/var/tmp"))
 os.chmod(_DATA, 0o711)
 os.environ["ABX_DATA_DIR"] = str(_DATA)
 os.environ.setdefault("ABX_POOL_SIZE", "0")
+# The stand-in internet of the network tests (netprobe.py): names and ranges on loopback.
+os.environ.update(__import__("netprobe").ENV)
 
 
 def _engine_missing() -> str | None:

@@ -28,6 +28,7 @@ from agent_sandbox.runtime.host_mode import HostMode
 from agent_sandbox.runtime.kernels import Kernels
 from agent_sandbox.runtime.oci import DEFAULT_PATH
 from agent_sandbox.runtime.runc import Runc
+from agent_sandbox.runtime.netproxy.config import PROXY_ENV
 from agent_sandbox.runtime.sandbox_lock import SandboxLock
 from agent_sandbox.runtime.store import SandboxRow, SandboxState, Store, VolumeRow
 from agent_sandbox.runtime.templates import Template, TemplateStore
@@ -106,6 +107,8 @@ class Sandboxes:
         tmpl = self.template_for(row)
         env = {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8", "TERM": "xterm",
                "SANDBOX_ID": row.id}
+        if row.network.mode != "off":
+            env.update(PROXY_ENV)
         env.update(tmpl.env)
         env.update(row.envs)
         env.update(validate.envs(extra))

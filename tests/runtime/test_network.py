@@ -1,91 +1,211 @@
-"""Networking: none but loopback by default; user-mode NAT on request, host unreachable."""
+"""Network policies on real sandboxes: off by default (loopback only, names fail at once),
+an allowlist reaching exactly its names over HTTP and HTTPS, everything else refused at
+once, full never reaching the host or the LAN, pip through the policy, and set_network on
+a running sandbox. The "internet" is netprobe's servers on 127.0.0.2/3."""
 
 from __future__ import annotations
 
-import shutil
+import os
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from netprobe import (
+    ECONNREFUSED,
+    EPERM,
+    FAST,
+    FORBIDDEN,
+    HTTP_NAME,
+    TLS_NAME,
+    host_ipv4s,
+    internet,
+    run,
+)
 
 from agent_sandbox import Sandbox
+from agent_sandbox.errors import InvalidArgumentError
+from agent_sandbox.providers.local import local_provider
+from agent_sandbox.runtime import netns
 
 pytestmark = pytest.mark.integration
 
 
+@pytest.fixture(scope="module")
+def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    with internet(tmp_path_factory.mktemp("internet")) as servers:
+        yield servers
+
+
+@pytest.fixture(scope="module")
+def listed(net: dict[str, Any]) -> Iterator[Sandbox]:
+    """An allowlist sandbox naming both stand-in hosts."""
+    sb = Sandbox.create(network=[HTTP_NAME, TLS_NAME])
+    sb.files.write("/tmp/ca.pem", net["cert"])
+    yield sb
+    sb.kill(delete_volume=True)
+
+
 @pytest.fixture
-def host_listener() -> Iterator[int]:
+def host_listener() -> Iterator[socket.socket]:
     srv = socket.socket()
-    srv.bind(("0.0.0.0", 0))
-    srv.listen()
-    yield srv.getsockname()[1]
+    srv.bind(("0.0.0.0", 0))  # every host address
+    srv.listen(8)
+    srv.setblocking(False)
+    yield srv
     srv.close()
 
 
-def _connect(sb: Sandbox, host: str, port: int) -> str:
-    code = (f"import socket; s=socket.socket(); s.settimeout(2); "
-            f"s.connect(({host!r}, {port})); print('CONNECTED')")
-    r = sb.commands.run(f'python3 -c "{code}"')
-    return r.stdout + r.stderr
+def _fast(result: list[Any], expected: Any, what: str) -> None:
+    got, took = result
+    assert got == expected or (isinstance(got, list) and got[0] == expected), \
+        f"{what}: {got!r}, expected {expected!r}"
+    assert took < FAST, f"{what} took {took}s: a refusal must be immediate"
 
 
-def _interfaces(sb: Sandbox) -> set[str]:
-    lines = sb.commands.run("cat /proc/net/dev").stdout.splitlines()[2:]
-    return {line.split(":")[0].strip() for line in lines}
+def test_off_by_default_loopback_only_and_names_fail_at_once(sandbox: Sandbox) -> None:
+    assert sandbox.info().network.mode == "off"
+    devs = sandbox.commands.run("cat /proc/net/dev").stdout
+    assert [d.split(":")[0].strip() for d in devs.splitlines()[2:]] == ["lo"]
+    name, ip, udp = run(sandbox, [["resolve", HTTP_NAME], ["tcp", "93.184.216.34", 80],
+                                  ["udp", "8.8.8.8", 53]])
+    assert isinstance(name[0], str) and name[1] < FAST, name  # gaierror, at once
+    assert ip[0] != 0 and ip[1] < FAST, ip
+    assert udp[0] != 0 and udp[1] < FAST, udp
 
 
-def test_default_sandbox_has_only_loopback(sandbox: Sandbox, host_listener: int) -> None:
-    assert _interfaces(sandbox) == {"lo"}
-    out = _connect(sandbox, "127.0.0.1", host_listener)
-    assert "CONNECTED" not in out and "Connection refused" in out
-    # Its own loopback works: a server and a client inside the sandbox.
-    sandbox.commands.run("python3 -m http.server 8123 --bind 127.0.0.1", background=True)
-    r = sandbox.commands.run(
-        "for i in $(seq 50); do python3 -c \"import urllib.request as u; "
-        "print(u.urlopen('http://127.0.0.1:8123/').status)\" 2>/dev/null && break; "
-        "sleep 0.1; done")
-    assert r.stdout.strip().endswith("200")
+def test_allowlist_reaches_its_names_over_http_and_https(listed: Sandbox,
+                                                         net: dict[str, Any]) -> None:
+    http, tls, proxied = run(listed, [
+        ["http", f"http://{HTTP_NAME}:{net['http_port']}/x"],
+        ["tls", TLS_NAME, net["tls_port"], TLS_NAME, "/tmp/ca.pem"],
+        ["http", f"http://{HTTP_NAME}:{net['http_port']}/y", None, True]])
+    assert http[0] == [200, f"hello {HTTP_NAME}:{net['http_port']}\n"], http
+    assert tls[0][0] == 200 and tls[0][1].startswith("HTTP/1.0 200"), tls
+    assert proxied[0][0] == 200, proxied  # through the explicit proxy (HTTP_PROXY)
 
 
-@pytest.mark.skipif(shutil.which("slirp4netns") is None, reason="slirp4netns not installed")
-def test_network_true_adds_nat_but_not_the_host(host_listener: int) -> None:
-    with Sandbox.create(network=True) as sb:
-        assert sb.info().network is True
-        assert _interfaces(sb) == {"lo", "tap0"}
-        routes = sb.commands.run("cat /proc/net/route").stdout
-        assert "00000000" in routes.split("\n", 1)[1]  # a default route exists
-        # slirp's alias for the host's loopback is disabled.
-        assert "CONNECTED" not in _connect(sb, "10.0.2.2", host_listener)
-        assert "CONNECTED" not in _connect(sb, "127.0.0.1", host_listener)
+def test_everything_else_is_refused_at_once(listed: Sandbox, net: dict[str, Any]) -> None:
+    port, tls_port = net["http_port"], net["tls_port"]
+    fake_http = run(listed, [["resolve", HTTP_NAME]])[0][0]
+    calls = [
+        ["resolve", "evil.test"],  # not listed: no such name
+        ["tcp", "93.184.216.34", 80],  # a raw public address
+        ["http", f"http://{fake_http}:{port}/", "evil.test"],  # a listed name's address, other Host
+        ["tls", TLS_NAME, tls_port, "evil.test", "/tmp/ca.pem"],  # ... other SNI
+        ["udp", "8.8.8.8", 53],  # DNS to an outside resolver
+        ["tcp", "8.8.8.8", 53],
+        ["udp", "203.0.113.9", 443],  # any other UDP
+        ["http", "http://evil.test:80/", None, True],  # the explicit proxy, unlisted name
+        *[["tcp", a, 80] for a in FORBIDDEN],
+    ]
+    out = run(listed, calls)
+    assert out[0][0] == "gaierror" and out[0][1] < FAST, out[0]
+    _fast(out[1], ECONNREFUSED, "raw address")
+    _fast(out[2], 403, "listed name's address with another Host")
+    assert "may not ask for evil.test" in out[2][0][1], out[2]
+    assert out[3][0] != 200 and out[3][1] < FAST, f"other SNI: {out[3]}"
+    _fast(out[4], EPERM, "UDP DNS to an outside resolver")
+    _fast(out[5], ECONNREFUSED, "TCP DNS to an outside resolver")
+    _fast(out[6], EPERM, "other UDP")
+    _fast(out[7], 403, "explicit proxy, unlisted name")
+    assert "not allowed by network policy allowlist" in out[7][0][1], out[7]
+    for address, result in zip(FORBIDDEN, out[8:], strict=True):
+        _fast(result, ECONNREFUSED, address)
 
 
-def _slirps() -> dict[int, list[str]]:
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                argv = (entry / "cmdline").read_bytes().decode().split("\0")
-            except OSError:
-                continue
-            if argv and Path(argv[0]).name == "slirp4netns":
-                out[int(entry.name)] = argv
-    return out
+def test_full_never_reaches_the_host(host_listener: socket.socket) -> None:
+    port = host_listener.getsockname()[1]
+    targets = host_ipv4s()
+    with Sandbox.create(network="full") as sb:
+        out = run(sb, [["tcp", a, port] for a in [*targets, *FORBIDDEN]]
+                  + [["tcp", "127.0.0.1", port]])
+    for address, result in zip([*targets, *FORBIDDEN], out, strict=False):
+        _fast(result, ECONNREFUSED, f"full mode to {address}")
+    assert out[-1][0] == ECONNREFUSED, out[-1]  # the sandbox's own loopback, empty
+    with pytest.raises(BlockingIOError):
+        host_listener.accept()  # nothing got through
 
 
-@pytest.mark.skipif(shutil.which("slirp4netns") is None, reason="slirp4netns not installed")
-def test_reboots_leave_one_slirp4netns() -> None:
-    """reset_rootfs and a guest reboot each make a new netns: the old helper ends."""
-    before = set(_slirps())
-    with Sandbox.create(network=True) as sb:
-        for step in ("reset", "reboot", "reset"):
-            if step == "reset":
-                sb.reset_rootfs()
-            else:
-                sb.commands.run("(sleep 0.2; kill -TERM 1) >/dev/null 2>&1 &")
-                time.sleep(1)
-            assert sb.commands.run("cat /proc/net/dev").stdout.count("tap0") == 1
-            mine = set(_slirps()) - before
-            assert len(mine) == 1, (step, mine)
-    assert not set(_slirps()) - before
+def test_pip_installs_through_an_allowlist_and_fails_at_once_without(
+        net: dict[str, Any]) -> None:
+    index = f"http://{HTTP_NAME}:{net['http_port']}/simple/"
+    pip = (f"python3 -m pip install --break-system-packages --no-cache-dir --index-url {index} "
+           f"--trusted-host {HTTP_NAME} abxdemo")
+    with Sandbox.create(network=TLS_NAME) as sb:
+        # pip logs why an index page failed only with -vv; it fails at once either way
+        # (a 403 is not retried, unlike a DNS failure or a reset).
+        started = time.monotonic()
+        res = sb.commands.run(pip + " -vv", timeout=120)
+        assert res.exit_code != 0
+        assert time.monotonic() - started < 10, "pip must fail at once, not after retries"
+        assert "403 Client Error: Forbidden by sandbox network policy" in res.stdout, \
+            res.stdout[-1500:]
+        sb.set_network([HTTP_NAME])  # while it runs
+        res = sb.commands.run(pip, timeout=120)
+        assert res.exit_code == 0, res.stderr[-1500:]
+        assert sb.commands.run("python3 -c 'import abxdemo; print(abxdemo.VALUE)'"
+                               ).stdout.strip() == "42"
+
+
+def test_set_network_switches_a_running_sandbox(net: dict[str, Any]) -> None:
+    url = f"http://{HTTP_NAME}:{net['http_port']}/"
+    with Sandbox.create() as sb:
+        sb.commands.run("sleep 600", background=True)
+        assert run(sb, [["http", url]])[0][0] == "gaierror"
+        sb.set_network(HTTP_NAME)
+        assert sb.info().network.allow_out == (HTTP_NAME,)
+        assert run(sb, [["http", url]])[0][0][0] == 200
+        sb.pause()
+        sb.resume()
+        assert run(sb, [["http", url]])[0][0][0] == 200  # kept over pause/resume
+        sb.reset_rootfs()
+        assert run(sb, [["http", url]])[0][0][0] == 200  # and over a reset (new netns)
+        sb.set_network("off")
+        assert run(sb, [["http", url]])[0][0] == "gaierror"
+        with pytest.raises(InvalidArgumentError, match="not understood"):
+            sb.set_network("http://evil")
+
+
+def _nsenter(pid: int) -> list[str]:
+    return ["nsenter", f"--net=/proc/{pid}/ns/net"]
+
+
+def test_the_sandbox_cannot_change_its_network(listed: Sandbox) -> None:
+    res = listed.commands.run(
+        "nft flush ruleset 2>&1; ip route del default 2>&1; ip addr flush dev lo 2>&1; "
+        "echo nameserver 1.1.1.1 > /etc/resolv.conf 2>&1; cat /etc/resolv.conf")
+    assert "nameserver 10.255.255.1" in res.stdout, res.stdout
+    pid = local_provider().runc.state(listed.sandbox_id)["pid"]  # type: ignore[index]
+    table = subprocess.run([*_nsenter(pid), "nft", "list", "table", "inet", netns.TABLE],
+                           capture_output=True, text=True, check=True).stdout
+    assert "dnat ip to 10.255.255.1" in table and "reject with tcp reset" in table, table
+
+
+def test_one_proxy_per_networked_sandbox_and_it_ends_with_it() -> None:
+    def proxies() -> set[int]:
+        found = set()
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if b"agent_sandbox.runtime.netproxy" in (entry / "cmdline").read_bytes():
+                        found.add(int(entry.name))
+                except OSError:
+                    continue
+        return found
+
+    before = proxies()
+    sb = Sandbox.create(network="registries")
+    try:
+        sb.reset_rootfs()
+        mine = proxies() - before
+        assert len(mine) == 1, mine
+        status = Path(f"/proc/{mine.pop()}/status").read_text()
+        if os.geteuid() == 0:  # the root engine's proxy runs as nobody
+            assert "Uid:\t65534\t65534\t65534\t65534" in status, status
+    finally:
+        sb.kill(delete_volume=True)
+    assert proxies() - before == set()

@@ -15,8 +15,16 @@ from agent_sandbox.netpolicy import NetworkPolicy
 # sandbox never learns real addresses, and a connection's address says which name it is for.
 FAKE_RANGE = "198.18.0.0/15"
 GATEWAY = "10.255.255.1"  # the sandbox-side address of the proxy and resolver (on lo)
-_MAX_CONFIG = 4 << 20
 PROXY_PORT = 3128  # connections to GATEWAY:3128 are explicit proxy requests (CONNECT)
+_MAX_CONFIG = 4 << 20
+# Commands of a networked sandbox get these: proxy-aware tools (pip, npm, curl, requests)
+# then ask the proxy by name, and a refusal comes back as an HTTP 403 naming the policy
+# instead of a bare DNS failure their retries would repeat. Tools that ignore them are
+# still caught by the transparent path.
+_PROXY_URL = f"http://{GATEWAY}:{PROXY_PORT}"
+PROXY_ENV = {"HTTP_PROXY": _PROXY_URL, "HTTPS_PROXY": _PROXY_URL, "http_proxy": _PROXY_URL,
+             "https_proxy": _PROXY_URL, "NO_PROXY": "localhost,127.0.0.1,::1",
+             "no_proxy": "localhost,127.0.0.1,::1"}
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 _CONNECT = re.compile(rb"^CONNECT ([A-Za-z0-9.-]{1,253}):(\d{1,5}) HTTP/1\.[01]\r\n")
 _ABSOLUTE = re.compile(rb"^[A-Z]{3,12} http://([A-Za-z0-9.-]{1,253})(?::(\d{1,5}))?[/?\s]")
+_ABSOLUTE_PREFIX = re.compile(rb"^([A-Z]{3,12} )http://[A-Za-z0-9.-]{1,253}(?::\d{1,5})?/?")
 
 
 async def handle(proxy: TcpProxy, reader: asyncio.StreamReader,
@@ -42,4 +43,6 @@ async def handle(proxy: TcpProxy, reader: asyncio.StreamReader,
     if connect:
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         head = b""
+    else:  # the origin-form a server expects: "GET /path HTTP/1.1"
+        head = _ABSOLUTE_PREFIX.sub(rb"\1/", head, count=1)
     await proxy.relay(reader, writer, decision.upstream, port, head)

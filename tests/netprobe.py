@@ -1,0 +1,182 @@
+"""Network probes run inside a sandbox, and the servers that stand in for the internet.
+
+Shared by the root tests (test_network*.py) and the rootless battery. The "internet" is
+servers on 127.0.0.2 (HTTP) and 127.0.0.3 (HTTPS) of the host, reachable only through the
+names ABX_NETWORK_HOSTS gives them and the range ABX_NETWORK_OPEN_RANGES opens; from
+inside a sandbox, 127.x is the sandbox's own loopback, so nothing reaches them by number.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import socketserver
+import ssl
+import subprocess
+import textwrap
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+HTTP_NAME, TLS_NAME = "pypi.test", "tls.test"
+HTTP_ADDR, TLS_ADDR = "127.0.0.2", "127.0.0.3"
+ENV = {"ABX_NETWORK_HOSTS": f"{HTTP_NAME}={HTTP_ADDR},{TLS_NAME}={TLS_ADDR}",
+       "ABX_NETWORK_OPEN_RANGES": f"{HTTP_ADDR}/32,{TLS_ADDR}/32"}
+FAST = 1.0  # seconds: a refusal is immediate, never a timeout
+ECONNREFUSED, EPERM, ENETUNREACH = 111, 1, 101
+# Never reachable whatever the policy: private, CGNAT, link-local incl. cloud metadata.
+FORBIDDEN = ["10.0.0.1", "172.16.0.1", "192.168.1.1", "100.64.0.1", "169.254.169.254"]
+
+# Inside the sandbox: each probe returns [result, seconds]; results are errnos (0: ok),
+# addresses, HTTP statuses or error names. urllib is told to ignore the proxy variables
+# where a probe is about the transparent path.
+_PROBE = textwrap.dedent("""
+    import json, socket, ssl, sys, time, urllib.request, urllib.error
+    def timed(fn):
+        t = time.monotonic()
+        try:
+            out = fn()
+        except urllib.error.HTTPError as e:
+            out = [e.code, e.read().decode(errors="replace")[:300]]
+        except (OSError, ssl.SSLError) as e:
+            r = getattr(e, "reason", None)
+            e = r if isinstance(r, OSError) else e
+            out = "gaierror" if isinstance(e, socket.gaierror) else e.errno if isinstance(e.errno, int) else type(e).__name__
+        return [out, round(time.monotonic() - t, 3)]
+    def tcp(host, port):
+        def go():
+            s = socket.create_connection((host, port), timeout=5); s.close(); return 0
+        return timed(go)
+    def resolve(name):
+        return timed(lambda: socket.gethostbyname(name))
+    def http(url, host=None, proxy=False):
+        opener = urllib.request.build_opener(*([] if proxy else [urllib.request.ProxyHandler({})]))
+        req = urllib.request.Request(url, headers={"Host": host} if host else {})
+        return timed(lambda: [200, opener.open(req, timeout=5).read().decode()[:300]])
+    def tls(addr, port, sni, cafile):
+        def go():
+            ctx = ssl.create_default_context(cafile=cafile)
+            ctx.check_hostname = False
+            with socket.create_connection((addr, port), timeout=5) as s:
+                with ctx.wrap_socket(s, server_hostname=sni) as t:
+                    t.sendall(b"GET / HTTP/1.1\\r\\nHost: " + sni.encode() + b"\\r\\n\\r\\n")
+                    return [200, t.recv(300).decode(errors="replace")]
+        return timed(go)
+    def udp(host, port):
+        def go():
+            u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(2)
+            u.sendto(b"x" * 20, (host, port)); return 0
+        return timed(go)
+    calls = json.loads(sys.stdin.readline())
+    print(json.dumps([globals()[c[0]](*c[1:]) for c in calls]))
+""")
+
+
+def run(sb: Any, calls: list[list[Any]]) -> list[list[Any]]:
+    """Run ``calls`` ([["tcp", host, port], ...]) in ``sb``; one [result, seconds] each."""
+    sb.files.write("/tmp/netprobe.py", _PROBE)
+    res = sb.commands.run("python3 /tmp/netprobe.py", stdin=json.dumps(calls) + "\n",
+                          timeout=120)
+    assert res.exit_code == 0, res.stderr
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+class _Hello(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"
+
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        root = getattr(self.server, "root", None)
+        if root is not None and self.path.startswith("/simple"):
+            return self._file(root)
+        body = f"hello {self.headers.get('Host')}\n".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _file(self, root: Path) -> None:
+        path = (root / self.path.lstrip("/").split("?")[0]).resolve()
+        if path.is_dir():
+            path = path / "index.html"
+        if not path.is_relative_to(root) or not path.is_file():
+            self.send_error(404)
+            return
+        data = path.read_bytes()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html" if path.suffix == ".html"
+                         else "application/octet-stream")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+@contextmanager
+def internet(tmp: Path) -> Iterator[dict[str, Any]]:
+    """The stand-in internet: HTTP (also a package index with one wheel) and HTTPS."""
+    root = tmp / "index"
+    _wheel_index(root)
+    cert, key = tmp / "cert.pem", tmp / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", f"/CN={TLS_NAME}", "-keyout", str(key), "-out", str(cert),
+                    "-addext", f"subjectAltName=DNS:{TLS_NAME}"],
+                   check=True, capture_output=True)
+    plain = _Server((HTTP_ADDR, 0), _Hello)
+    plain.root = root.resolve()  # type: ignore[attr-defined]
+    secure = _Server((TLS_ADDR, 0), _Hello)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    secure.socket = ctx.wrap_socket(secure.socket, server_side=True)
+    for srv in (plain, secure):
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield {"http_port": plain.server_address[1], "tls_port": secure.server_address[1],
+               "cert": cert.read_text()}
+    finally:
+        for srv in (plain, secure):
+            srv.shutdown()
+            srv.server_close()
+
+
+def _wheel_index(root: Path) -> None:
+    """A PEP 503 index serving one pure-python wheel, abxdemo 1.0."""
+    import base64
+    import hashlib
+    import zipfile
+
+    pkg = root / "simple" / "abxdemo"
+    pkg.mkdir(parents=True, exist_ok=True)
+    wheel = pkg / "abxdemo-1.0-py3-none-any.whl"
+    files = {"abxdemo/__init__.py": b"VALUE = 42\n",
+             "abxdemo-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: abxdemo\n"
+                                               b"Version: 1.0\n",
+             "abxdemo-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\n"
+                                            b"Root-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = ""
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+            record += f"{name},sha256={digest.decode()},{len(data)}\n"
+        zf.writestr("abxdemo-1.0.dist-info/RECORD", record + "abxdemo-1.0.dist-info/RECORD,,\n")
+    (pkg / "index.html").write_text(f'<a href="{wheel.name}">{wheel.name}</a>\n')
+    (root / "simple" / "index.html").write_text('<a href="abxdemo/">abxdemo</a>\n')
+
+
+def host_ipv4s() -> list[str]:
+    """The host's own IPv4 addresses but loopback (where a 0.0.0.0 listener answers)."""
+    out = subprocess.run(["ip", "-j", "-4", "addr", "show"], capture_output=True, text=True,
+                         check=True, env={"PATH": os.environ.get("PATH", "") + ":/usr/sbin:/sbin"}
+                         ).stdout
+    return [a["local"] for link in json.loads(out) for a in link.get("addr_info", [])
+            if a.get("local") and not a["local"].startswith("127.")]
