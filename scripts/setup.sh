@@ -17,12 +17,12 @@ fi
 
 say() { printf '\033[1m==>\033[0m %s\n' "$*" >&2; }
 
-# System packages: the OCI runtime, ext4 tools for sandbox disks, user-mode networking
-# and nft (network=True sandboxes reach the internet only: an nftables filter in their
-# netns keeps them off the host and the LAN), the distro Python that the base template's
+# System packages: the OCI runtime, ext4 tools for sandbox disks, nft and ip (a sandbox's
+# network policy is an nftables table in its netns sending every connection to the
+# host-side policy proxy; docs/network.md), the distro Python that the base template's
 # guest agent runs on, and newuidmap/newgidmap (uidmap) so that ordinary users' rootless
 # sandboxes get their /etc/subuid ranges.
-packages=(runc e2fsprogs util-linux slirp4netns nftables python3 python3-venv uidmap)
+packages=(runc e2fsprogs util-linux iproute2 nftables openssl python3 python3-venv uidmap)
 # The test suite also builds templates from a static busybox and from OCI images.
 [ "$job" = test ] && packages+=(busybox-static umoci skopeo)
 missing=()

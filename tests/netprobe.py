@@ -44,7 +44,8 @@ _PROBE = textwrap.dedent("""
         except (OSError, ssl.SSLError) as e:
             r = getattr(e, "reason", None)
             e = r if isinstance(r, OSError) else e
-            out = "gaierror" if isinstance(e, socket.gaierror) else e.errno if isinstance(e.errno, int) else type(e).__name__
+            out = e.errno if isinstance(e.errno, int) else type(e).__name__
+            out = "gaierror" if isinstance(e, socket.gaierror) else out
         return [out, round(time.monotonic() - t, 3)]
     def tcp(host, port):
         def go():

@@ -113,7 +113,7 @@ def deploy(
     fc: a Function Compute custom-runtime code package (bootstrap serving port 9000,
     config.yaml with the key and token, mode 0600). docker: Dockerfile + compose.yaml +
     abx-mcp.env (without --base-url the image carries the engine: runc, e2fsprogs,
-    slirp4netns..., and runs privileged). kubernetes: Secret/Deployment/Service manifests.
+    nftables..., and runs privileged). kubernetes: Secret/Deployment/Service manifests.
     fc and docker install abx-sandbox from a wheel built from this checkout (written next to
     the files) unless --package says otherwise. Always carries a non-empty bearer token;
     prints the manual steps and an IDE config with the token masked.

@@ -16,7 +16,7 @@ SECRET_WARNING = ("# SECRET: holds the MCP bearer token{key}. Never commit it to
 
 # What the docker image needs to run the embedded engine (as root): the packages
 # scripts/setup.sh installs for it, less uidmap (rootless users only). A test keeps them equal.
-ENGINE_PACKAGES = ("runc", "e2fsprogs", "util-linux", "slirp4netns", "nftables")
+ENGINE_PACKAGES = ("runc", "e2fsprogs", "util-linux", "iproute2", "nftables")
 # The distribution's python3 in /usr: the guest agent in every sandbox runs on it.
 PYTHON_PACKAGES = ("python3", "python3-venv", "ca-certificates")
 IMAGE_BASE = "debian:bookworm-slim"  # python3 3.11, as requires-python asks

@@ -109,17 +109,6 @@ def check_subids() -> Check:
     return Check("subordinate ids", True, f"{span} reserved for {subids.OWNER}")
 
 
-def check_rootless_network() -> Check:
-    from agent_sandbox.runtime import rootless
-
-    problem = rootless.network_problem()
-    if problem:
-        return Check("rootless network", False, problem.split(" (")[0],
-                     problem.split("; ", 1)[-1] if "; " in problem else "", required=False)
-    return Check("rootless network", True, "slirp4netns and /dev/net/tun usable "
-                 "(only for --network)", required=False)
-
-
 def check_runtime() -> Check:
     found = shutil.which("runc") or shutil.which("runc", path="/usr/sbin:/usr/bin:/sbin")
     crun = shutil.which("crun")
@@ -273,12 +262,12 @@ def run_checks() -> list[Check]:
               check_overlay(), check_cgroups(), check_limits(), check_subids(),
               check_seccomp(),
               check_tool("mkfs.ext4", "e2fsprogs", "sandbox disks", not rootless),
-              check_tool("slirp4netns", "slirp4netns", "only for --network", False),
-              check_tool("nft", "nftables", "--network's filter of host and LAN ranges",
-                         False)]
+              check_tool("nft", "nftables", "network policies (every sandbox but 'off')",
+                         False),
+              check_tool("ip", "iproute2", "network policies", False),
+              check_tool("nsenter", "util-linux", "network policies", False)]
     if rootless:
-        checks += [check_tool("newuidmap", "uidmap", "ids 1-65535 inside sandboxes", False),
-                   check_rootless_network()]
+        checks += [check_tool("newuidmap", "uidmap", "ids 1-65535 inside sandboxes", False)]
     checks += [check_data_dir(), check_supervisor(), check_disk_headroom()]
     if all(c.ok for c in checks if c.required):
         checks.append(check_templates())

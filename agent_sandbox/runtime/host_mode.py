@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from agent_sandbox.runtime.templates import Template
 
 
-RESOLV_CONF = f"nameserver {GATEWAY}\noptions timeout:1 attempts:1\n"
+RESOLV_CONF = f"nameserver {GATEWAY}\noptions timeout:1 attempts:2\n"
 
 
 @dataclass(frozen=True)
@@ -71,12 +71,18 @@ class Layout:
         resolver. With the network off its address does not exist in the sandbox, so a
         lookup fails at once instead of waiting for a timeout."""
         path = self.config.data_dir / "resolv.conf"
-        if not path.exists():
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o444)
+        try:
+            current = path.read_text()
+        except OSError:
+            current = None
+        if current != RESOLV_CONF:
+            tmp = path.with_name(f".resolv.conf.{os.getpid()}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o444)
             try:
                 os.write(fd, RESOLV_CONF.encode())
             finally:
                 os.close(fd)
+            os.replace(tmp, path)
         return path
 
 

@@ -26,9 +26,9 @@ from agent_sandbox.runtime.guest_client import (
 )
 from agent_sandbox.runtime.host_mode import HostMode
 from agent_sandbox.runtime.kernels import Kernels
+from agent_sandbox.runtime.netproxy.config import PROXY_ENV
 from agent_sandbox.runtime.oci import DEFAULT_PATH
 from agent_sandbox.runtime.runc import Runc
-from agent_sandbox.runtime.netproxy.config import PROXY_ENV
 from agent_sandbox.runtime.sandbox_lock import SandboxLock
 from agent_sandbox.runtime.store import SandboxRow, SandboxState, Store, VolumeRow
 from agent_sandbox.runtime.templates import Template, TemplateStore

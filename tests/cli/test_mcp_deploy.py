@@ -231,7 +231,7 @@ def test_docker_image_builds_and_carries_the_engine(abx: Abx, tmp_path: Path) ->
     try:
         probe = subprocess.run(
             ["docker", "run", "--rm", "--entrypoint", "sh", tag, "-c",
-             "command -v runc mkfs.ext4 slirp4netns nft unshare /usr/bin/python3 && abx --version"
+             "command -v runc mkfs.ext4 ip nft unshare /usr/bin/python3 && abx --version"
              " && test ! -e /tmp/*.whl && ! ls /abx-mcp.env /src 2>/dev/null"],
             capture_output=True, text=True, timeout=300)
         assert probe.returncode == 0, probe.stdout + probe.stderr

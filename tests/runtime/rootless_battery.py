@@ -29,10 +29,13 @@ import pytest
 from agent_sandbox.runtime.config import default_data_dir
 
 os.environ.setdefault("ABX_DATA_DIR", str(default_data_dir()))  # test_hostile reads it
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # netprobe, as conftest has it
+os.environ.update(__import__("netprobe").ENV)
 
 import test_hostile as h  # noqa: E402
 import test_hostile_host  # noqa: E402
 import test_hostile_kernels  # noqa: E402
+import test_hostile_network  # noqa: E402
 import test_state_files  # noqa: E402
 import test_tmpfs_caps  # noqa: E402
 
@@ -109,25 +112,6 @@ def rootless_no_network_by_default(sandbox: Sandbox) -> None:
     assert len(res.stdout.split("Iface")[1].strip().splitlines()) == 1  # header only
 
 
-def rootless_network_when_asked() -> None:
-    """network=True: slirp4netns as the user (tap0, host loopback blocked), or, where the
-    host does not let the user open /dev/net/tun, a clear error naming the fix."""
-    from agent_sandbox.errors import RuntimeUnavailableError
-    from agent_sandbox.runtime import rootless
-
-    problem = rootless.network_problem()
-    if problem:
-        try:
-            Sandbox.create(network=True).kill(delete_volume=True)
-        except RuntimeUnavailableError as exc:
-            assert "/dev/net/tun" in str(exc) or "slirp4netns" in str(exc), exc
-            return
-        raise AssertionError(f"network=True succeeded although {problem}")
-    with Sandbox.create(network=True) as sb:
-        res = sb.commands.run("cat /proc/net/dev")
-        assert "tap0" in res.stdout, res.stdout
-
-
 def rootless_limits(sandbox: Sandbox) -> None:
     """What info() reports is what holds: RLIMIT_NPROC stops a fork bomb (in the battery
     too), RLIMIT_AS a big allocation, RLIMIT_FSIZE a big file; cgroups are not claimed."""
@@ -163,13 +147,14 @@ def rootless_limits(sandbox: Sandbox) -> None:
 
 EXTRA = {f.__name__: f for f in (rootless_canaries, rootless_runs_as_the_user,
                                  rootless_guest_cannot_be_hijacked,
-                                 rootless_no_network_by_default, rootless_network_when_asked,
+                                 rootless_no_network_by_default,
                                  rootless_limits)}
 
 
 # Every module of in-sandbox attacks, run as the user (the kernel attacks skip if the
 # user's code-interpreter template is not built; test_rootless.py's run_code test builds it).
-HOSTILE = (h, test_hostile_host, test_hostile_kernels, test_state_files, test_tmpfs_caps)
+HOSTILE = (h, test_hostile_host, test_hostile_kernels, test_hostile_network, test_state_files,
+           test_tmpfs_caps)
 
 
 def _attack(name: str) -> Callable[..., None]:

@@ -1,12 +1,11 @@
 """Network policies on real sandboxes: off by default (loopback only, names fail at once),
-an allowlist reaching exactly its names over HTTP and HTTPS, everything else refused at
-once, full never reaching the host or the LAN, pip through the policy, and set_network on
-a running sandbox. The "internet" is netprobe's servers on 127.0.0.2/3."""
+an allowlist reaching its names over HTTP and HTTPS, pip through the policy, set_network
+on a running sandbox, one proxy (as nobody) per networked sandbox. What a sandbox must
+never reach is test_hostile_network.py's. The "internet" is netprobe's 127.0.0.2/3."""
 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -15,13 +14,9 @@ from typing import Any
 
 import pytest
 from netprobe import (
-    ECONNREFUSED,
-    EPERM,
     FAST,
-    FORBIDDEN,
     HTTP_NAME,
     TLS_NAME,
-    host_ipv4s,
     internet,
     run,
 )
@@ -49,23 +44,6 @@ def listed(net: dict[str, Any]) -> Iterator[Sandbox]:
     sb.kill(delete_volume=True)
 
 
-@pytest.fixture
-def host_listener() -> Iterator[socket.socket]:
-    srv = socket.socket()
-    srv.bind(("0.0.0.0", 0))  # every host address
-    srv.listen(8)
-    srv.setblocking(False)
-    yield srv
-    srv.close()
-
-
-def _fast(result: list[Any], expected: Any, what: str) -> None:
-    got, took = result
-    assert got == expected or (isinstance(got, list) and got[0] == expected), \
-        f"{what}: {got!r}, expected {expected!r}"
-    assert took < FAST, f"{what} took {took}s: a refusal must be immediate"
-
-
 def test_off_by_default_loopback_only_and_names_fail_at_once(sandbox: Sandbox) -> None:
     assert sandbox.info().network.mode == "off"
     devs = sandbox.commands.run("cat /proc/net/dev").stdout
@@ -86,48 +64,6 @@ def test_allowlist_reaches_its_names_over_http_and_https(listed: Sandbox,
     assert http[0] == [200, f"hello {HTTP_NAME}:{net['http_port']}\n"], http
     assert tls[0][0] == 200 and tls[0][1].startswith("HTTP/1.0 200"), tls
     assert proxied[0][0] == 200, proxied  # through the explicit proxy (HTTP_PROXY)
-
-
-def test_everything_else_is_refused_at_once(listed: Sandbox, net: dict[str, Any]) -> None:
-    port, tls_port = net["http_port"], net["tls_port"]
-    fake_http = run(listed, [["resolve", HTTP_NAME]])[0][0]
-    calls = [
-        ["resolve", "evil.test"],  # not listed: no such name
-        ["tcp", "93.184.216.34", 80],  # a raw public address
-        ["http", f"http://{fake_http}:{port}/", "evil.test"],  # a listed name's address, other Host
-        ["tls", TLS_NAME, tls_port, "evil.test", "/tmp/ca.pem"],  # ... other SNI
-        ["udp", "8.8.8.8", 53],  # DNS to an outside resolver
-        ["tcp", "8.8.8.8", 53],
-        ["udp", "203.0.113.9", 443],  # any other UDP
-        ["http", "http://evil.test:80/", None, True],  # the explicit proxy, unlisted name
-        *[["tcp", a, 80] for a in FORBIDDEN],
-    ]
-    out = run(listed, calls)
-    assert out[0][0] == "gaierror" and out[0][1] < FAST, out[0]
-    _fast(out[1], ECONNREFUSED, "raw address")
-    _fast(out[2], 403, "listed name's address with another Host")
-    assert "may not ask for evil.test" in out[2][0][1], out[2]
-    assert out[3][0] != 200 and out[3][1] < FAST, f"other SNI: {out[3]}"
-    _fast(out[4], EPERM, "UDP DNS to an outside resolver")
-    _fast(out[5], ECONNREFUSED, "TCP DNS to an outside resolver")
-    _fast(out[6], EPERM, "other UDP")
-    _fast(out[7], 403, "explicit proxy, unlisted name")
-    assert "not allowed by network policy allowlist" in out[7][0][1], out[7]
-    for address, result in zip(FORBIDDEN, out[8:], strict=True):
-        _fast(result, ECONNREFUSED, address)
-
-
-def test_full_never_reaches_the_host(host_listener: socket.socket) -> None:
-    port = host_listener.getsockname()[1]
-    targets = host_ipv4s()
-    with Sandbox.create(network="full") as sb:
-        out = run(sb, [["tcp", a, port] for a in [*targets, *FORBIDDEN]]
-                  + [["tcp", "127.0.0.1", port]])
-    for address, result in zip([*targets, *FORBIDDEN], out, strict=False):
-        _fast(result, ECONNREFUSED, f"full mode to {address}")
-    assert out[-1][0] == ECONNREFUSED, out[-1]  # the sandbox's own loopback, empty
-    with pytest.raises(BlockingIOError):
-        host_listener.accept()  # nothing got through
 
 
 def test_pip_installs_through_an_allowlist_and_fails_at_once_without(
@@ -170,18 +106,11 @@ def test_set_network_switches_a_running_sandbox(net: dict[str, Any]) -> None:
             sb.set_network("http://evil")
 
 
-def _nsenter(pid: int) -> list[str]:
-    return ["nsenter", f"--net=/proc/{pid}/ns/net"]
-
-
-def test_the_sandbox_cannot_change_its_network(listed: Sandbox) -> None:
-    res = listed.commands.run(
-        "nft flush ruleset 2>&1; ip route del default 2>&1; ip addr flush dev lo 2>&1; "
-        "echo nameserver 1.1.1.1 > /etc/resolv.conf 2>&1; cat /etc/resolv.conf")
-    assert "nameserver 10.255.255.1" in res.stdout, res.stdout
+def test_the_rules_are_in_the_sandbox_netns(listed: Sandbox) -> None:
     pid = local_provider().runc.state(listed.sandbox_id)["pid"]  # type: ignore[index]
-    table = subprocess.run([*_nsenter(pid), "nft", "list", "table", "inet", netns.TABLE],
-                           capture_output=True, text=True, check=True).stdout
+    table = subprocess.run(["nsenter", f"--net=/proc/{pid}/ns/net", "nft", "list", "table",
+                            "inet", netns.TABLE], capture_output=True, text=True,
+                           check=True).stdout
     assert "dnat ip to 10.255.255.1" in table and "reject with tcp reset" in table, table
 
 

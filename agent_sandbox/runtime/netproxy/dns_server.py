@@ -8,7 +8,6 @@ import asyncio
 import socket
 
 import dns.edns
-import dns.exception
 import dns.flags
 import dns.message
 import dns.opcode
@@ -36,36 +35,46 @@ class DnsServer(asyncio.DatagramProtocol):
         self.transport = transport  # type: ignore[assignment]
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-        if self._pending >= _MAX_PENDING or len(data) > 4096:
+        """Parse and answer what needs no lookup here and now (garbage costs nothing
+        queued); only an allowed name's lookup becomes a task, a bounded number of them."""
+        if len(data) > 4096:
             return
-        self._pending += 1
-        task = asyncio.get_running_loop().create_task(self._answer(data, addr))
-        task.add_done_callback(lambda _t: self._done())
+        try:
+            query = dns.message.from_wire(data)
+        except Exception:  # noqa: BLE001 - dnspython raises many kinds on garbage
+            return
+        try:
+            reply, name = self._immediate(query)
+        except Exception:  # noqa: BLE001 - never let one packet stop the resolver
+            return
+        if reply is not None:
+            self._send(query, reply, addr)
+        elif self._pending < _MAX_PENDING:
+            self._pending += 1
+            task = asyncio.get_running_loop().create_task(self._lookup(query, name, addr))
+            task.add_done_callback(lambda _t: self._done())
 
     def _done(self) -> None:
         self._pending -= 1
 
-    async def _answer(self, data: bytes, addr: tuple[str, int]) -> None:
+    def _send(self, query: dns.message.Message, reply: dns.message.Message,
+              addr: tuple[str, int]) -> None:
         try:
-            query = dns.message.from_wire(data)
-        except (dns.exception.DNSException, ValueError, IndexError):
-            return  # not a query we can even answer FORMERR to with its id
-        try:
-            reply = await self._reply(query)
             wire = reply.to_wire(max_size=512 if query.edns < 0 else 1232)
-        except (dns.exception.DNSException, ValueError):
+        except Exception:  # noqa: BLE001
             reply = dns.message.make_response(query)
             reply.set_rcode(dns.rcode.SERVFAIL)
             wire = reply.to_wire()
         if self.transport is not None:
             self.transport.sendto(wire, addr)
 
-    async def _reply(self, query: dns.message.Message) -> dns.message.Message:
+    def _immediate(self, query: dns.message.Message) -> tuple[dns.message.Message | None, str]:
+        """The reply if it needs no lookup, else (None, the name to look up)."""
         reply = dns.message.make_response(query)
         reply.flags |= dns.flags.RA
         if query.opcode() != dns.opcode.QUERY or len(query.question) != 1:
             reply.set_rcode(dns.rcode.NOTIMP)
-            return reply
+            return reply, ""
         question = query.question[0]
         name = question.name.to_text(omit_final_dot=True).lower()
         policy = self.resolver.config.policy
@@ -75,15 +84,21 @@ class DnsServer(asyncio.DatagramProtocol):
             reply.use_edns(0, options=[dns.edns.EDEOption(
                 dns.edns.EDECode.BLOCKED,
                 f"{name} is not allowed by the sandbox network policy {policy.describe()}"[:200])])
-            return reply
+            return reply, ""
         if question.rdtype != dns.rdatatype.A or question.rdclass != dns.rdataclass.IN:
-            return reply  # NOERROR, no data: the sandbox is IPv4 only
+            return reply, ""  # NOERROR, no data: the sandbox is IPv4 only
+        return None, name
+
+    async def _lookup(self, query: dns.message.Message, name: str,
+                      addr: tuple[str, int]) -> None:
+        reply = dns.message.make_response(query)
+        reply.flags |= dns.flags.RA
         if not await self.resolver.addresses(name):
             reply.set_rcode(dns.rcode.NXDOMAIN)
-            return reply
-        reply.answer.append(dns.rrset.from_text_list(
-            question.name, int(TTL), "IN", "A", [self.fake.address_for(name)]))
-        return reply
+        else:
+            reply.answer.append(dns.rrset.from_text_list(
+                query.question[0].name, int(TTL), "IN", "A", [self.fake.address_for(name)]))
+        self._send(query, reply, addr)
 
 
 def serve(loop: asyncio.AbstractEventLoop, sock: socket.socket, resolver: Resolver,
