@@ -65,17 +65,24 @@ def _cidr(text: str) -> Network | None:
         return None
 
 
+def _shown(value: object) -> str:
+    """A value for an error message, capped: a huge entry never comes back whole."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + f"... ({len(text)} characters)"
+
+
 def normalise_entry(entry: object) -> str:
     """One allow/deny entry in its canonical spelling; a clear error otherwise."""
     if not isinstance(entry, str) or not entry.strip():
-        raise InvalidArgumentError(f"network entry {entry!r} is not a non-empty string; {_HINT}")
+        raise InvalidArgumentError(f"network entry {_shown(entry)} is not a non-empty "
+                                   f"string; {_HINT}")
     text = entry.strip().lower()
     if text in PRESETS:
         return text
     if text.startswith("*."):
         name = _name(text[2:])
         if name is None:
-            raise InvalidArgumentError(f"network entry {entry!r}: the wildcard must be '*.' "
+            raise InvalidArgumentError(f"network entry {_shown(entry)}: the wildcard must be '*.' "
                                        f"before a host name; {_HINT}")
         return f"*.{name}"
     net = _cidr(text)
@@ -83,7 +90,8 @@ def normalise_entry(entry: object) -> str:
         return str(net)
     name = _name(text)
     if name is None:
-        raise InvalidArgumentError(f"network entry {entry!r} is not understood; {_HINT}")
+        raise InvalidArgumentError(f"network entry {_shown(entry)} is not understood; "
+                                   f"{_HINT}")
     return name
 
 
@@ -242,7 +250,8 @@ def _entries(value: object, field: str) -> tuple[str, ...]:
 def _from_mapping(value: Mapping[str, Any]) -> NetworkPolicy:
     unknown = set(value) - {"mode", "allow_out", "deny_out"}
     if unknown:
-        raise InvalidArgumentError(f"network policy has unknown field(s) {sorted(unknown)}; "
+        raise InvalidArgumentError(f"network policy has unknown field(s) "
+                                   f"{_shown(sorted(map(str, unknown)))}; "
                                    "it takes mode, allow_out and deny_out")
     allow = _entries(value.get("allow_out") or [], "allow_out")
     deny = _entries(value.get("deny_out") or [], "deny_out")
@@ -252,7 +261,7 @@ def _from_mapping(value: Mapping[str, Any]) -> NetworkPolicy:
     if mode is None:
         mode = "allowlist" if allow else ("full" if deny else "off")
     if mode not in MODES:
-        raise InvalidArgumentError(f"network mode {mode!r} is not one of {', '.join(MODES)}")
+        raise InvalidArgumentError(f"network mode {_shown(mode)} is not one of {', '.join(MODES)}")
     if mode == "off" and (allow or deny):
         raise InvalidArgumentError("network mode 'off' takes no allow_out or deny_out")
     if mode == "full" and allow:
@@ -284,7 +293,7 @@ def parse(value: object) -> NetworkPolicy:
         if text == "allowlist":
             raise InvalidArgumentError(f"network 'allowlist' needs its entries: {_HINT}")
         if not text.replace(",", "").strip():
-            raise InvalidArgumentError(f"network {value!r} names no entry: give off, full, "
+            raise InvalidArgumentError(f"network {_shown(value)} names no entry: give off, full, "
                                        f"a preset or entries; {_HINT}")
         return _from_mapping({"allow_out": value})
     if isinstance(value, list | tuple):
@@ -292,6 +301,6 @@ def parse(value: object) -> NetworkPolicy:
     if isinstance(value, Mapping):
         return _from_mapping(value)
     raise InvalidArgumentError(
-        f"network {value!r} is not understood: give off, full, a preset "
+        f"network {_shown(value)} is not understood: give off, full, a preset "
         f"({', '.join(PRESETS)}), a list of entries, or {{'allow_out': [...], "
         "'deny_out': [...]}")

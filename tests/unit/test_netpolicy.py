@@ -212,3 +212,11 @@ def test_check_within_names_the_ceiling_and_what_is_beyond() -> None:
     with pytest.raises(PermissionDeniedError, match="and 4 more") as caught:
         parse(many).check_within(OFF, "API key 'ci'")
     assert "only the operator can raise it" in caught.value.message
+
+
+def test_errors_never_echo_a_huge_value() -> None:
+    for value in ("x" * 100_000, ["y" * 100_000], {"mode": "z" * 100_000},
+                  {"q" * 100_000: 1}):
+        with pytest.raises(InvalidArgumentError) as caught:
+            parse(value)
+        assert len(caught.value.message) < 600, value
