@@ -36,15 +36,15 @@ def _info_dict(info: Any) -> dict[str, Any]:
     return data
 
 
-def _policy(text: str) -> Any:
-    """``--network``'s policy, checked before anything is made."""
+def _policy(text: str, what: str = "--network") -> Any:
+    """A policy given on the command line, checked before anything is made."""
     from agent_sandbox.errors import SandboxError
     from agent_sandbox.netpolicy import parse
 
     try:
         return parse(text)
     except SandboxError as exc:
-        raise CliError(f"--network: {exc.message}") from None
+        raise CliError(f"{what}: {exc.message}") from None
 
 
 NETWORK_HELP = ("Outbound network: off (loopback only), registries (pip/npm/apt registries), "
@@ -133,8 +133,9 @@ def network(sandbox_id: IdArg,
     it when it resumes). Connections the new policy forbids are closed."""
     from agent_sandbox.netpolicy import parse
 
+    checked = _policy(policy, "POLICY")
     sb = _sandbox(sandbox_id)
-    sb.set_network(_policy(policy))
+    sb.set_network(checked)
     data = _info_dict(sb.info())
     if want_json(json_out):
         print_json(data)
