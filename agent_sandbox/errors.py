@@ -68,7 +68,8 @@ class RuntimeUnavailableError(SandboxError):
 
 
 class PermissionDeniedError(SandboxError):
-    """The caller may not use this service at all (the daemon refused this local user)."""
+    """The caller may not do this: use the service at all (the daemon refused this local
+    user), or ask for a network policy beyond an operator's ceiling."""
 
     code = "permission_denied"
     http_status = 403

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from agent_sandbox.errors import InvalidArgumentError
+from agent_sandbox.errors import InvalidArgumentError, PermissionDeniedError
 
 Mode = Literal["off", "allowlist", "full"]
 MODES: tuple[str, ...] = ("off", "allowlist", "full")
@@ -67,17 +67,24 @@ def _cidr(text: str) -> Network | None:
         return None
 
 
+def _shown(value: object) -> str:
+    """A value for an error message, capped: a huge entry never comes back whole."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + f"... ({len(text)} characters)"
+
+
 def normalise_entry(entry: object) -> str:
     """One allow/deny entry in its canonical spelling; a clear error otherwise."""
     if not isinstance(entry, str) or not entry.strip():
-        raise InvalidArgumentError(f"network entry {entry!r} is not a non-empty string; {_HINT}")
+        raise InvalidArgumentError(f"network entry {_shown(entry)} is not a non-empty "
+                                   f"string; {_HINT}")
     text = entry.strip().lower()
     if text in PRESETS:
         return text
     if text.startswith("*."):
         name = _name(text[2:])
         if name is None:
-            raise InvalidArgumentError(f"network entry {entry!r}: the wildcard must be '*.' "
+            raise InvalidArgumentError(f"network entry {_shown(entry)}: the wildcard must be '*.' "
                                        f"before a host name; {_HINT}")
         return f"*.{name}"
     net = _cidr(text)
@@ -85,7 +92,8 @@ def normalise_entry(entry: object) -> str:
         return str(net)
     name = _name(text)
     if name is None:
-        raise InvalidArgumentError(f"network entry {entry!r} is not understood; {_HINT}")
+        raise InvalidArgumentError(f"network entry {_shown(entry)} is not understood; "
+                                   f"{_HINT}")
     return name
 
 
@@ -158,19 +166,39 @@ class NetworkPolicy(BaseModel):
         return text
 
     # -- ceilings ------------------------------------------------------------------------
-    def _covers(self, entry: str) -> bool:
-        """Does this policy allow everything ``entry`` (canonical, not a preset) allows?"""
+    def _denies_all_of(self, entry: str) -> bool:
+        """Does this policy's own deny_out refuse everything ``entry`` (a canonical deny
+        entry of a ceiling) names? Then the ceiling's deny asks nothing of it."""
+        net = _cidr(entry)
+        if net is not None:
+            return any(net.version == d.version and net.subnet_of(d)
+                       for d in self._nets(self.deny_out))
+        names = self._names(self.deny_out)
+        if not entry.startswith("*."):
+            return any(name_matches(entry, d) for d in names)
+        base = entry[2:]
+        return any(d.startswith("*.") and (base == d[2:] or base.endswith(d[1:]))
+                   for d in names)
+
+    def _covers(self, entry: str, asker: NetworkPolicy) -> bool:
+        """Does this policy (a ceiling) allow everything ``entry`` (canonical, not a preset)
+        of ``asker``'s allow_out allows, apart from what ``asker`` denies itself?"""
         if self.mode == "off":
             return False
         net = _cidr(entry)
-        denied_nets, denied_names = self._nets(self.deny_out), self._names(self.deny_out)
+        open_denied = [d for d in self.expanded(self.deny_out) if not asker._denies_all_of(d)]
         if net is not None:
-            if any(net.overlaps(d) for d in denied_nets):
+            denied = [n for n in map(_cidr, open_denied) if n is not None]
+            if any(net.overlaps(d) for d in denied):
                 return False
             return self.mode == "full" or any(net.version == n.version and net.subnet_of(n)
                                               for n in self._nets(self.allow_out))
+        denied_names = [d for d in open_denied if _cidr(d) is None]
         if not entry.startswith("*."):
-            return self.allows_name(entry)
+            if any(name_matches(entry, d) for d in denied_names):
+                return False
+            return self.mode == "full" or any(name_matches(entry, a)
+                                              for a in self._names(self.allow_out))
         base = entry[2:]
         if any(_overlap(base, d) for d in denied_names):
             return False
@@ -178,22 +206,37 @@ class NetworkPolicy(BaseModel):
             a.startswith("*.") and (base == a[2:] or base.endswith(a[1:]))
             for a in self._names(self.allow_out))
 
+    def excess(self, ceiling: NetworkPolicy) -> list[str]:
+        """What this policy allows beyond ``ceiling``: the allow entries (presets
+        expanded) it does not cover, ``["full"]`` for full mode, or the ceiling's deny
+        entries a full policy leaves open. Empty: the policy is within the ceiling."""
+        if self.mode == "off":
+            return []
+        if self.mode == "full":
+            if ceiling.mode != "full":
+                return ["full"]
+            return [f"{d} (denied by the ceiling)" for d in ceiling.expanded(ceiling.deny_out)
+                    if not self._denies_all_of(d)]
+        return [e for e in self.expanded(self.allow_out) if not ceiling._covers(e, self)]
+
     def within(self, ceiling: NetworkPolicy) -> bool:
         """Is everything this policy allows also allowed by ``ceiling``?"""
-        if self.mode == "off":
-            return True
-        if self.mode == "full":
-            return ceiling.mode == "full" and set(ceiling.expanded(ceiling.deny_out)) <= set(
-                self.expanded(self.deny_out))
-        return all(ceiling._covers(e) for e in self.expanded(self.allow_out))
+        return not self.excess(ceiling)
 
-    def check_within(self, ceiling: NetworkPolicy, who: str) -> None:
-        """Raise a clear error if this policy asks for more than ``ceiling`` (set by
-        ``who``: "the MCP server's operator", "API key 'ci'")."""
-        if not self.within(ceiling):
-            raise InvalidArgumentError(
-                f"network {self.describe()} is more than {who} allows (at most "
-                f"{ceiling.describe()}); ask for less, or have the operator raise the ceiling")
+    def check_within(self, ceiling: NetworkPolicy, who: str, how_to_raise: str = "") -> None:
+        """Refuse (PermissionDeniedError: 403 on the gateway) a policy that asks for more
+        than ``ceiling``, set by ``who`` ("this MCP server's operator", "API key 'ci'");
+        ``how_to_raise`` tells the reader how that ceiling is changed."""
+        beyond = self.excess(ceiling)
+        if not beyond:
+            return
+        shown = ", ".join(beyond[:5]) + (f" and {len(beyond) - 5} more" if len(beyond) > 5
+                                         else "")
+        raise PermissionDeniedError(
+            f"network {self.describe()} is more than {who} allows: the network ceiling is "
+            f"{ceiling.describe()}, and {shown} is beyond it. Ask for at most the ceiling"
+            + (f"; {how_to_raise}" if how_to_raise else "; only the operator can raise it"),
+            details={"ceiling": ceiling.model_dump(mode="json"), "beyond": beyond[:20]})
 
 
 def _entries(value: object, field: str) -> tuple[str, ...]:
@@ -209,15 +252,18 @@ def _entries(value: object, field: str) -> tuple[str, ...]:
 def _from_mapping(value: Mapping[str, Any]) -> NetworkPolicy:
     unknown = set(value) - {"mode", "allow_out", "deny_out"}
     if unknown:
-        raise InvalidArgumentError(f"network policy has unknown field(s) {sorted(unknown)}; "
+        raise InvalidArgumentError(f"network policy has unknown field(s) "
+                                   f"{_shown(sorted(map(str, unknown)))}; "
                                    "it takes mode, allow_out and deny_out")
     allow = _entries(value.get("allow_out") or [], "allow_out")
     deny = _entries(value.get("deny_out") or [], "deny_out")
     mode = value.get("mode")
+    if isinstance(mode, str):
+        mode = mode.strip().lower()
     if mode is None:
         mode = "allowlist" if allow else ("full" if deny else "off")
     if mode not in MODES:
-        raise InvalidArgumentError(f"network mode {mode!r} is not one of {', '.join(MODES)}")
+        raise InvalidArgumentError(f"network mode {_shown(mode)} is not one of {', '.join(MODES)}")
     if mode == "off" and (allow or deny):
         raise InvalidArgumentError("network mode 'off' takes no allow_out or deny_out")
     if mode == "full" and allow:
@@ -248,12 +294,15 @@ def parse(value: object) -> NetworkPolicy:
             return NetworkPolicy(mode="full")
         if text == "allowlist":
             raise InvalidArgumentError(f"network 'allowlist' needs its entries: {_HINT}")
+        if not text.replace(",", "").strip():
+            raise InvalidArgumentError(f"network {_shown(value)} names no entry: give off, full, "
+                                       f"a preset or entries; {_HINT}")
         return _from_mapping({"allow_out": value})
     if isinstance(value, list | tuple):
         return _from_mapping({"allow_out": list(value)})
     if isinstance(value, Mapping):
         return _from_mapping(value)
     raise InvalidArgumentError(
-        f"network {value!r} is not understood: give off, full, a preset "
+        f"network {_shown(value)} is not understood: give off, full, a preset "
         f"({', '.join(PRESETS)}), a list of entries, or {{'allow_out': [...], "
         "'deny_out': [...]}")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import (
@@ -29,6 +29,9 @@ from pydantic_settings import (
 )
 
 from agent_sandbox.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from agent_sandbox.netpolicy import NetworkPolicy
 
 DEFAULT_DAEMON_SOCKET = "/run/abx/abx.sock"
 # Blank is a value of these (see the module docstring); blank is the default for the rest.
@@ -141,6 +144,11 @@ class Settings(BaseSettings):
     gateway_max_commands: int = _var(
         "ABX_GATEWAY_MAX_COMMANDS", "Default quota of a new key (and of each daemon user): "
         "commands running at once.", default=32, ge=0)
+    gateway_network_ceiling: str = _var(
+        "ABX_GATEWAY_NETWORK_CEILING", "The most network any sandbox of the gateway (and of "
+        "the daemon) may have: `off`, a preset such as `registries`, a comma list of names, "
+        "`*.` wildcards and CIDRs, or `full`; a key's own ceiling (`abx keys create "
+        "--network`) can only lower it (docs/network.md).", default="full")
 
     # The MCP server.
     mcp_template: str = _var(
@@ -152,6 +160,10 @@ class Settings(BaseSettings):
     mcp_tools: str | None = _var(
         "ABX_MCP_TOOLS", "MCP tool allowlist (comma list of names, or `read-only`).",
         shown_default="every tool", config_key="mcp_tools", default=None)
+    mcp_network_ceiling: str = _var(
+        "ABX_MCP_NETWORK_CEILING", "The most network the model may give a sandbox through "
+        "MCP (`create_sandbox`, `set_network`): `off`, `registries`, a comma list of names, "
+        "`*.` wildcards and CIDRs, or `full` (docs/network.md).", default="registries")
     mcp_output_budget: int = _var(
         "ABX_MCP_OUTPUT_BUDGET", "Bytes of output an MCP tool call returns; the rest is saved "
         "in the sandbox.", default=100 * 1024, gt=0)
@@ -214,6 +226,17 @@ class Settings(BaseSettings):
     def _base_url(cls, value: Any) -> Any:
         return check_base_url(value) if isinstance(value, str) else value
 
+    @field_validator("gateway_network_ceiling", "mcp_network_ceiling", mode="after")
+    @classmethod
+    def _network_policy(cls, value: str) -> str:
+        from agent_sandbox.netpolicy import parse
+
+        try:
+            parse(value)
+        except InvalidArgumentError as exc:
+            raise ValueError(exc.message) from None
+        return value
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _upper(cls, value: Any) -> Any:
@@ -231,6 +254,18 @@ class Settings(BaseSettings):
     @classmethod
     def _blank_is_off(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
+
+    @property
+    def gateway_ceiling(self) -> NetworkPolicy:
+        from agent_sandbox.netpolicy import parse
+
+        return parse(self.gateway_network_ceiling)
+
+    @property
+    def mcp_ceiling(self) -> NetworkPolicy:
+        from agent_sandbox.netpolicy import parse
+
+        return parse(self.mcp_network_ceiling)
 
     @property
     def keys_file(self) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent_sandbox.netpolicy import NetworkPolicy, parse
 from agent_sandbox.settings import Settings
 
 CODE_TEMPLATE = "code-interpreter-v1"  # base plus Python with a Jupyter kernel
@@ -35,6 +36,9 @@ class AgentConfig:
     # None: every tool; otherwise the raw ABX_MCP_TOOLS spec (see tools.resolve_allowlist).
     tools: str | None = None
     audit_log: Path | None = field(default_factory=default_audit_path)
+    # ABX_MCP_NETWORK_CEILING: the most network a tool call may give a sandbox.
+    network_ceiling: NetworkPolicy = field(default_factory=lambda: parse(
+        Settings.model_fields["mcp_network_ceiling"].default))
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None,
@@ -47,6 +51,7 @@ class AgentConfig:
             session_concurrency=settings.mcp_session_concurrency,
             tools=settings.mcp_tools,
             audit_log=settings.mcp_audit_log,  # None: auditing off
+            network_ceiling=settings.mcp_ceiling,
         )
 
 

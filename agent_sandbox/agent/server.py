@@ -128,7 +128,8 @@ def create_mcp_app(template: str | None = None, tools: str | Sequence[str] | Non
     allowed = resolve_allowlist(config.tools)
     runtime = AgentRuntime(config, allowed, transport, audit or AuditLog(config.audit_log))
     listing = [
-        types.Tool(name=t.name, description=t.description, input_schema=t.input_schema(),
+        types.Tool(name=t.name, description=t.description_for(config),
+                   input_schema=t.input_schema(),
                    output_schema=OUTPUT_SCHEMAS[t.name],
                    annotations=types.ToolAnnotations(read_only_hint=t.read_only,
                                                      destructive_hint=t.destructive))

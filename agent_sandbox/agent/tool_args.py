@@ -10,7 +10,9 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, PlainValidator, WithJsonSchema
 
+from agent_sandbox import netpolicy
 from agent_sandbox.agent.args import ToolArgs, refuse, shown
+from agent_sandbox.errors import InvalidArgumentError
 from agent_sandbox.runtime.validate import ENV_NAME_PATTERN, is_env_name
 
 MAX_TIMEOUT = 86400  # a day: commands and code cells
@@ -18,6 +20,10 @@ MAX_IDLE = 30 * 86400  # the engine's cap on a sandbox's idle timeout
 MAX_BYTE = (1 << 53) - 1  # offsets: the largest integer every JSON client keeps exactly
 MAX_PID = 1 << 22  # Linux's PID_MAX_LIMIT
 MAX_PATH = 4096  # the kernel's PATH_MAX
+MAX_NETWORK = 8192  # a comma list of names: room for a few dozen
+NETWORK_PATTERN = r"^[A-Za-z0-9.,:/*\s-]*$"  # names, wildcards, CIDRs, commas
+NETWORK_FORMS = ("a string: 'off' (loopback only), 'registries' (package registries), "
+                 "'full', or comma-separated host names, *.wildcards and CIDRs")
 
 
 def _whole_float_as_int(value: Any) -> Any:
@@ -49,6 +55,19 @@ def _file_mode(value: Any) -> int:
     return mode
 
 
+def _network_policy(value: Any) -> netpolicy.NetworkPolicy:
+    """A policy as one string (our tool schemas never take a union of types): off, full,
+    a preset, or a comma list. The operator's ceiling is checked by the tool."""
+    if not isinstance(value, str):
+        raise refuse(NETWORK_FORMS)
+    if len(value) > MAX_NETWORK:
+        raise refuse(f"at most {MAX_NETWORK} characters long")
+    try:
+        return netpolicy.parse(value)
+    except InvalidArgumentError as exc:
+        raise refuse(says=f"is not a network policy: {exc.message}") from None
+
+
 _WHOLE = BeforeValidator(_whole_float_as_int)
 Pid = Annotated[int, Field(ge=1, le=MAX_PID), _WHOLE]
 MemoryMb = Annotated[int, Field(ge=32, le=1 << 20), _WHOLE]
@@ -58,6 +77,15 @@ Depth = Annotated[int, Field(ge=1, le=64), _WHOLE]
 Envs = Annotated[dict[str, str], AfterValidator(_env_names), WithJsonSchema(
     {"type": "object", "additionalProperties": {"type": "string"},
      "propertyNames": {"pattern": ENV_NAME_PATTERN}})]
+NetworkPolicyArg = Annotated[netpolicy.NetworkPolicy, PlainValidator(_network_policy),
+                             WithJsonSchema({"type": "string", "maxLength": MAX_NETWORK,
+                                             "pattern": NETWORK_PATTERN})]
+NETWORK_HELP = ("Outbound network: 'off' (loopback only, names do not resolve), "
+                "'registries' (PyPI, npm, Debian/Ubuntu apt: for pip/npm/apt installs), "
+                "comma-separated host names, *.wildcards and CIDRs (e.g. "
+                "'pypi.org,files.pythonhosted.org,*.github.com'), or 'full' (any public "
+                "address). The host, the LAN and cloud metadata are never reachable. At most "
+                "this server's ceiling (see the tool description).")
 FileMode = Annotated[int, PlainValidator(_file_mode), WithJsonSchema(
     {"type": "string", "pattern": "^\\s*(0[oO])?[0-7]{1,6}\\s*$", "maxLength": 8})]
 Encoding = Literal["utf-8", "base64"]
@@ -80,8 +108,8 @@ class CreateSandboxArgs(ToolArgs):
                            "is auto-paused (default 300); any use resets the clock.")
     envs: Envs | None = Field(None, description="Environment variables for every command in "
                               "it.")
-    network: bool = Field(False, description="Allow outbound network (default false: "
-                          "loopback only).")
+    network: NetworkPolicyArg = Field(netpolicy.NetworkPolicy(),
+                                      description=NETWORK_HELP + " Default 'off'.")
     persistent: bool = Field(False, description="Keep it after this session ends (default "
                              "false: destroyed with the session).")
     memory_mb: MemoryMb | None = Field(None, description="Memory limit in MiB.")
@@ -97,6 +125,12 @@ class SandboxArgs(ToolArgs):
     """pause_sandbox, resume_sandbox, reset_rootfs, kill_sandbox."""
 
     sandbox_id: str | None = Field(None, max_length=128, description="Sandbox to act on. "
+                                   "Omit for this session's default sandbox.")
+
+
+class SetNetworkArgs(ToolArgs):
+    network: NetworkPolicyArg = Field(description=NETWORK_HELP)
+    sandbox_id: str | None = Field(None, max_length=128, description="Sandbox to change. "
                                    "Omit for this session's default sandbox.")
 
 

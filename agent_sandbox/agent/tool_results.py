@@ -31,12 +31,15 @@ def obj(required: dict[str, Schema], optional: dict[str, Schema] | None = None) 
 
 STR, INT, NUM, BOOL = _t("string"), _t("integer"), _t("number"), _t("boolean")
 STR_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+NETWORK = obj({"mode": _t("string", "off, allowlist or full"),
+               "allow_out": {"type": "array", "items": STR},
+               "deny_out": {"type": "array", "items": STR}})
 SANDBOX = obj({
     "sandbox_id": STR, "template": STR, "state": _t("string", "running or paused"),
     "created_at": _t("number", "Unix time"), "last_used": _t("number", "Unix time"),
     "timeout": _t("number", "idle seconds before it is auto-paused"),
     "expires_at": _t("number", "Unix time it is auto-paused unless used"),
-    "persistent": BOOL, "network": BOOL, "volume_id": STR, "metadata": STR_MAP,
+    "persistent": BOOL, "network": NETWORK, "volume_id": STR, "metadata": STR_MAP,
     "env_names": {"type": "array", "items": STR},
 }, {"limits": _t("object"), "enforced": _t("object"), "owner": STR})
 STREAMS = {"stdout": STR, "stderr": STR,
@@ -79,6 +82,7 @@ OUTPUT_SCHEMAS: dict[str, Schema] = {
     "list_files": obj({"sandbox_id": STR, "path": STR, "entries": {"type": "array",
                                                                    "items": ENTRY},
                        "truncated": BOOL, "total": INT}),
+    "set_network": ONE_SANDBOX,
     "pause_sandbox": ONE_SANDBOX,
     "resume_sandbox": ONE_SANDBOX,
     "reset_rootfs": ONE_SANDBOX,

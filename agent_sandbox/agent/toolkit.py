@@ -14,6 +14,8 @@ from agent_sandbox.agent.output import OUTPUT_DIR, cut, split_budget
 from agent_sandbox.agent.sessions import SessionState
 from agent_sandbox.errors import NotFoundError, RuntimeUnavailableError, WrongStateError
 from agent_sandbox.models import SandboxInfo
+from agent_sandbox.netpolicy import NetworkPolicy
+from agent_sandbox.netpolicy import parse as parse_policy
 from agent_sandbox.sdk import AsyncSandbox
 from agent_sandbox.sdk.twin import in_thread
 
@@ -50,6 +52,11 @@ class ToolSpec:
     read_only: bool = False
     destructive: bool = False
 
+    def description_for(self, config: AgentConfig) -> str:
+        """The description clients see: ``{network_ceiling}`` is this server's."""
+        return self.description.replace("{network_ceiling}",
+                                        ceiling_text(config.network_ceiling))
+
     def input_schema(self) -> dict[str, Any]:
         return tool_schema(self.args)
 
@@ -62,16 +69,36 @@ class ToolSpec:
 def public_info(info: SandboxInfo) -> dict[str, Any]:
     data = info.model_dump(exclude={"envs"})
     data["env_names"] = sorted(info.envs)  # values may be secrets: names only
+    data["network"] = parse_policy(info.network).model_dump(mode="json")
     data["expires_at"] = info.expires_at
     return data
+
+
+def ceiling_text(ceiling: NetworkPolicy) -> str:
+    """A ceiling as the model reads it in a tool description."""
+    if ceiling.mode == "off":
+        return "'off' (this server gives sandboxes no network at all)"
+    if ceiling.mode == "full":
+        return "'full'" + (f" except {', '.join(ceiling.deny_out)}" if ceiling.deny_out else "")
+    return "'" + ",".join(ceiling.allow_out) + "'" + (
+        f" (except {', '.join(ceiling.deny_out)})" if ceiling.deny_out else "") + \
+        " or any part of it"
+
+
+def check_network(ctx: CallContext, policy: NetworkPolicy) -> None:
+    """The model cannot give a sandbox more network than the operator's ceiling."""
+    policy.check_within(ctx.config.network_ceiling, "this MCP server's operator",
+                        "only the operator can raise it: ABX_MCP_NETWORK_CEILING, or `abx mcp "
+                        "start --network-ceiling POLICY`")
 
 
 def describe(info: SandboxInfo) -> str:
     flags = [info.state, f"template {info.template}"]
     if info.persistent:
         flags.append("persistent")
-    if info.network:
-        flags.append("network")
+    network = parse_policy(info.network)
+    if network.mode != "off":
+        flags.append(f"network {network.describe()}")
     return f"{info.sandbox_id} ({', '.join(flags)})"
 
 

@@ -23,11 +23,13 @@ from agent_sandbox.agent.tool_args import (
     RunCodeArgs,
     RunCommandArgs,
     SandboxArgs,
+    SetNetworkArgs,
 )
 from agent_sandbox.agent.toolkit import (
     CallContext,
     ToolOutput,
     ToolSpec,
+    check_network,
     default_template,
     describe,
     existing_sandbox,
@@ -46,6 +48,7 @@ __all__ = ["ALL_TOOLS", "PRESETS", "CallContext", "ToolOutput", "ToolSpec", "res
 
 async def create_sandbox(ctx: CallContext, a: CreateSandboxArgs) -> ToolOutput:
     persistent = a.persistent
+    check_network(ctx, a.network)
     sb = await AsyncSandbox.create(
         template=await default_template(ctx) if a.template is None else a.template,
         timeout=a.timeout,
@@ -73,6 +76,15 @@ async def list_sandboxes(ctx: CallContext, a: ListSandboxesArgs) -> ToolOutput:
     text = "\n".join(lines) if lines else "No sandboxes yet; create_sandbox makes one (or just " \
         "run a command: a default sandbox is created on first use)."
     return ToolOutput(text, {"sandboxes": [public_info(i) for i in mine], "default": default})
+
+
+async def set_network(ctx: CallContext, a: SetNetworkArgs) -> ToolOutput:
+    check_network(ctx, a.network)
+    sb = await existing_sandbox(ctx, a.sandbox_id)
+    await sb.set_network(a.network)
+    info = await sb.info()
+    return ToolOutput(f"Network of {sb.sandbox_id} is now {a.network.describe()}; sandbox "
+                      f"{describe(info)}.", {"sandbox": public_info(info)})
 
 
 async def _lifecycle(ctx: CallContext, a: SandboxArgs, spec: ToolSpec, verb: str) -> ToolOutput:
@@ -238,8 +250,25 @@ CREATE_SANDBOX = ToolSpec(
     "sandbox a session creates becomes its default, used by every tool called without "
     "sandbox_id; you rarely need this tool, since the default sandbox is created on first use. "
     "Use it for a second sandbox, a different template, network access, or one that must "
-    "outlive this session (persistent). Returns the sandbox id and its settings.",
+    "outlive this session (persistent). Returns the sandbox id and its settings. Network: "
+    "sandboxes have none by default ('off': loopback only, so pip/npm/apt cannot download). "
+    "network='registries' lets pip, npm and apt reach their package registries; a "
+    "comma-separated list of host names, *.wildcards and CIDRs allows just those; 'full' "
+    "allows any public address. The host, the LAN and cloud metadata are never reachable. "
+    "This server's operator allows at most {network_ceiling}: asking for more is refused "
+    "(only the operator can raise that ceiling). set_network changes it later.",
     CreateSandboxArgs, create_sandbox)
+
+SET_NETWORK = ToolSpec(
+    "set_network",
+    "Change a sandbox's outbound network policy while it runs, without restarting it "
+    "(without sandbox_id: the session's default sandbox; this never creates one). network: "
+    "'off' (loopback only), 'registries' (PyPI, npm, Debian/Ubuntu apt), comma-separated "
+    "host names, *.wildcards and CIDRs, or 'full'. Connections the new policy no longer "
+    "allows are closed. The host, the LAN and cloud metadata are never reachable. This "
+    "server's operator allows at most {network_ceiling}: asking for more is refused (only "
+    "the operator can raise that ceiling).",
+    SetNetworkArgs, set_network)
 
 LIST_SANDBOXES = ToolSpec(
     "list_sandboxes",
@@ -306,7 +335,8 @@ KILL_SANDBOX = ToolSpec(
 
 ALL_TOOLS: tuple[ToolSpec, ...] = (
     CREATE_SANDBOX, LIST_SANDBOXES, RUN_CODE, RUN_COMMAND, PROCESS_OUTPUT, KILL_PROCESS,
-    READ_FILE, WRITE_FILE, LIST_FILES, PAUSE_SANDBOX, RESUME_SANDBOX, RESET_ROOTFS, KILL_SANDBOX,
+    READ_FILE, WRITE_FILE, LIST_FILES, SET_NETWORK, PAUSE_SANDBOX, RESUME_SANDBOX,
+    RESET_ROOTFS, KILL_SANDBOX,
 )
 PRESETS: dict[str, tuple[str, ...]] = {
     "read-only": ("list_sandboxes", "read_file", "list_files", "process_output"),

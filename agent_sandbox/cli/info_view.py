@@ -54,6 +54,20 @@ def limits(values: dict[str, Any], enforced: dict[str, bool]) -> str:
     return "\n".join(parts) or "-"
 
 
+def network(value: Any) -> str:
+    """A sandbox's network policy (a gateway from before policies says true/false)."""
+    from agent_sandbox.errors import SandboxError
+    from agent_sandbox.netpolicy import parse
+
+    try:
+        policy = parse(value)
+    except SandboxError:
+        return str(value)
+    if policy.mode == "off":
+        return "off (loopback only)"
+    return policy.describe() + ("" if policy.mode == "full" else " and nothing else")
+
+
 def pairs(values: dict[str, Any]) -> str:
     return "\n".join(f"{k}={v}" for k, v in sorted(values.items())) or "-"
 
@@ -78,7 +92,7 @@ def info_table(data: dict[str, Any], now: float | None = None) -> Table:
         rows.append(("timeout", text))
     rows += [
         ("persistent", "yes" if data.get("persistent") else "no"),
-        ("network", "yes" if data.get("network") else "no (loopback only)"),
+        ("network", network(data.get("network"))),
         ("volume", str(data.get("volume_id") or "-")),
         ("limits", limits(data.get("limits") or {}, data.get("enforced") or {})),
         ("metadata", pairs(data.get("metadata") or {})),

@@ -21,7 +21,17 @@ KeysFile = Annotated[Path | None, typer.Option(
     "$ABX_DATA_DIR/gateway-keys.db; created mode 0600).")]
 
 
-@app.command(epilog="Example: abx keys create --name ci --max-sandboxes 5")
+def _ceiling(value: object) -> str:
+    """A key's network ceiling as a person reads it."""
+    if value is None:
+        return "the gateway's"
+    from agent_sandbox.netpolicy import parse
+
+    return parse(value).describe()
+
+
+@app.command(epilog="Examples:\n\n  abx keys create --name ci --max-sandboxes 5\n\n"
+                    "  abx keys create --name agents --network registries")
 def create(
     name: Annotated[str, typer.Option("--name", help="Who or what the key is for.")],
     admin: Annotated[bool, typer.Option("--admin", help="May see and manage every tenant's "
@@ -30,6 +40,10 @@ def create(
         help="Live sandboxes at once (default $ABX_GATEWAY_MAX_SANDBOXES, else 50).")] = None,
     max_commands: Annotated[int | None, typer.Option(
         help="Concurrent commands (default $ABX_GATEWAY_MAX_COMMANDS or 32).")] = None,
+    network: Annotated[str | None, typer.Option(
+        "--network", metavar="POLICY", help="The key's network ceiling: the most network its "
+        "sandboxes may have (off, registries, a comma list of names/*.wildcards/CIDRs, "
+        "full; default: the gateway's, $ABX_GATEWAY_NETWORK_CEILING).")] = None,
     api_keys_file: KeysFile = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -37,15 +51,17 @@ def create(
     from agent_sandbox.server.cli import keys_create
 
     key = keys_create(name, admin=admin, max_sandboxes=max_sandboxes,
-                      max_commands=max_commands, api_keys_file=api_keys_file,
+                      max_commands=max_commands, network=network,
+                      api_keys_file=api_keys_file,
                       settings=cli_settings())
     if want_json(json_out):
         print_json(key)
         return
     err_console.print(f"created API key {key['id']} ({key['name']}"
                       f"{', admin' if key['admin'] else ''}; max {key['max_sandboxes']} "
-                      f"sandboxes, {key['max_commands']} commands). Save the secret now: it "
-                      "is not shown again.")
+                      f"sandboxes, {key['max_commands']} commands; network ceiling: "
+                      f"{_ceiling(key['network_ceiling'])}). Save the secret now: it is not "
+                      "shown again.", markup=False)
     # The secret alone on stdout: `KEY=$(abx keys create --name x)` works.
     print(key["token"])
 
@@ -62,12 +78,14 @@ def list_(api_keys_file: KeysFile = None, json_out: JsonOpt = False) -> None:
     if not keys:
         err_console.print("no API keys yet; create one with `abx keys create --name NAME`")
         return
-    table = Table("id", "name", "admin", "created", "state", "max sandboxes", "max commands")
+    table = Table("id", "name", "admin", "created", "state", "max sandboxes", "max commands",
+                  "network ceiling")
     for k in keys:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(k["created_at"])))  # type: ignore[arg-type]
         table.add_row(str(k["id"]), str(k["name"]), "yes" if k["admin"] else "",
                       created, "revoked" if k["revoked"] else "live",
-                      str(k["max_sandboxes"]), str(k["max_commands"]))
+                      str(k["max_sandboxes"]), str(k["max_commands"]),
+                      _ceiling(k["network_ceiling"]))
     console.print(table)
 
 

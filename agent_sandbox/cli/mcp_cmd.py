@@ -82,6 +82,7 @@ def _status() -> dict[str, Any]:
         "server": SERVER_NAME,
         "transport": rec.get("transport", "stdio") if rec else "stdio",
         "tools": tools,
+        "network_ceiling": settings.mcp_ceiling.describe(),
         "auth_configured": auth,
         "api_key_configured": bool(settings.sandbox_api_key),
         **mcp_install.installed_flags(),
@@ -135,6 +136,10 @@ def start(
                                                   "creates.")] = None,
     tools: Annotated[str | None, typer.Option(help="Tool allowlist: names or presets, comma "
                                                "separated (e.g. read-only).")] = None,
+    network_ceiling: Annotated[str | None, typer.Option(
+        "--network-ceiling", metavar="POLICY", help="The most network the model may give a "
+        "sandbox (off, registries, a comma list of names/*.wildcards/CIDRs, full; default "
+        "$ABX_MCP_NETWORK_CEILING, else registries).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Run the MCP server: STDIO in the foreground (what IDEs spawn), or Streamable HTTP.
@@ -145,7 +150,8 @@ def start(
     """
     plan = mcp_server.plan_start(http=http, host=host, port=port, background=background,
                                  auth_token_file=auth_token_file,
-                                 generate_token=generate_token, template=template, tools=tools)
+                                 generate_token=generate_token, template=template, tools=tools,
+                                 network_ceiling=network_ceiling)
     if not background:
         if plan.token_note and not quiet:
             note(plan.token_note)

@@ -71,7 +71,8 @@ def _check_tools(spec: str | None) -> None:
 
 def plan_start(*, http: bool, host: str, port: int, background: bool,
                auth_token_file: Path | None, generate_token: bool, template: str | None,
-               tools: str | None, settings: Settings | None = None) -> StartPlan:
+               tools: str | None, network_ceiling: str | None = None,
+               settings: Settings | None = None) -> StartPlan:
     """What to run, and the server's environment: this run's settings (the environment,
     ./.env, ~/.abx/config) with the options given here."""
     settings = settings or cli_settings()
@@ -94,6 +95,15 @@ def plan_start(*, http: bool, host: str, port: int, background: bool,
     _check_tools(tools)
     if tools:
         update["mcp_tools"] = tools
+    if network_ceiling is not None:
+        from agent_sandbox.errors import SandboxError
+        from agent_sandbox.netpolicy import parse
+
+        try:
+            parse(network_ceiling)
+        except SandboxError as exc:
+            raise UsageError(f"--network-ceiling: {exc.message}") from None
+        update["mcp_network_ceiling"] = network_ceiling
     token: str | None = None
     token_note = None
     if generate_token:

@@ -28,12 +28,33 @@ def _sandbox(sandbox_id: str) -> Any:
 
 
 def _info_dict(info: Any) -> dict[str, Any]:
+    from agent_sandbox.netpolicy import parse
+
     data = info.model_dump(exclude={"envs"})
     data["env_names"] = sorted(info.envs)  # values may be secrets
+    data["network"] = parse(info.network).model_dump(mode="json")
     return data
 
 
-@app.command(epilog="Example: abx sandbox create --template base --memory-mb 512 --json")
+def _policy(text: str, what: str = "--network") -> Any:
+    """A policy given on the command line, checked before anything is made."""
+    from agent_sandbox.errors import SandboxError
+    from agent_sandbox.netpolicy import parse
+
+    try:
+        return parse(text)
+    except SandboxError as exc:
+        raise CliError(f"{what}: {exc.message}") from None
+
+
+NETWORK_HELP = ("Outbound network: off (loopback only), registries (pip/npm/apt registries), "
+                "a comma list of host names, *.wildcards and CIDRs, or full (any public "
+                "address; never the host or the LAN).")
+
+
+@app.command(epilog="Examples:\n\n  abx sandbox create --template base --memory-mb 512 --json"
+                    "\n\n  abx sandbox create --network registries\n\n"
+                    "  abx sandbox create --network 'api.openai.com,*.githubusercontent.com'")
 def create(
     template: Annotated[str | None, typer.Option(help="Template (default: default_template "
                                                   "setting, else base).")] = None,
@@ -41,8 +62,8 @@ def create(
     memory_mb: Annotated[int | None, typer.Option(help="Memory limit (MiB).")] = None,
     cpu: Annotated[float | None, typer.Option(help="CPU limit (cores).")] = None,
     disk_mb: Annotated[int | None, typer.Option(help="Disk limit (MiB).")] = None,
-    network: Annotated[bool, typer.Option("--network", help="Give it outbound "
-                                          "network.")] = False,
+    network: Annotated[str, typer.Option(
+        "--network", metavar="POLICY", help=NETWORK_HELP)] = "off",
     persistent: Annotated[bool, typer.Option("--persistent", help="Survive MCP sessions.")]
     = False,
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE, "
@@ -58,7 +79,7 @@ def create(
 
     sb = Sandbox.create(template=template or default_template(), timeout=timeout,
                         envs=parse_pairs(env, "--env"), cpu=cpu, memory_mb=memory_mb,
-                        disk_mb=disk_mb, network=network, persistent=persistent,
+                        disk_mb=disk_mb, network=_policy(network), persistent=persistent,
                         metadata=parse_pairs(metadata, "--metadata"), volume=volume,
                         provider=provider())
     if want_json(json_out):
@@ -81,11 +102,14 @@ def list_(template: Annotated[str | None, typer.Option(help="Only this template.
     if not infos:
         console.print("No sandboxes. Create one with `abx sandbox create`.")
         return
+    from agent_sandbox.netpolicy import parse
+
     table = Table("id", "template", "state", "created", "last used", "persistent", "network")
     table.columns[0].no_wrap = True
     for i in infos:
         table.add_row(i.sandbox_id, i.template, i.state, ago(i.created_at), ago(i.last_used),
-                      "yes" if i.persistent else "no", "yes" if i.network else "no")
+                      "yes" if i.persistent else "no", parse(i.network).describe(),
+                      markup=False)
     console.print(table)
 
 
@@ -97,6 +121,27 @@ def info(sandbox_id: IdArg, json_out: JsonOpt = False) -> None:
         print_json(data)
         return
     console.print(info_table(data))
+
+
+@app.command(epilog="Examples:\n\n  abx sandbox network sbx-1234 registries\n\n"
+                    "  abx sandbox network sbx-1234 'pypi.org,files.pythonhosted.org'\n\n"
+                    "  abx sandbox network sbx-1234 off")
+def network(sandbox_id: IdArg,
+            policy: Annotated[str, typer.Argument(metavar="POLICY", help=NETWORK_HELP)],
+            json_out: JsonOpt = False) -> None:
+    """Change a running sandbox's network policy without restarting it (a paused one gets
+    it when it resumes). Connections the new policy forbids are closed."""
+    from agent_sandbox.netpolicy import parse
+
+    checked = _policy(policy, "POLICY")
+    sb = _sandbox(sandbox_id)
+    sb.set_network(checked)
+    data = _info_dict(sb.info())
+    if want_json(json_out):
+        print_json(data)
+    else:
+        console.print(f"{sandbox_id}: network {parse(data['network']).describe()}",
+                      markup=False)
 
 
 app.command(name="exec", cls=ExecCommand, epilog=EPILOG)(exec_)

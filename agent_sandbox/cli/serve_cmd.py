@@ -25,9 +25,15 @@ def serve(
     group: Annotated[str, typer.Option(help="Group allowed to use the unix socket (created "
                                        "if missing when run as root).")] = DAEMON_GROUP,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
+    network_ceiling: Annotated[str | None, typer.Option(
+        "--network-ceiling", metavar="POLICY", help="The most network any sandbox may have "
+        "(off, registries, a comma list of names/*.wildcards/CIDRs, full; default "
+        "$ABX_GATEWAY_NETWORK_CEILING, else full). A key's own ceiling can only lower "
+        "it.")] = None,
 ) -> None:
     """Run the sandbox gateway (REST API, OpenAPI at /openapi.json) until interrupted."""
     from agent_sandbox.server.serve import serve as run
+    from agent_sandbox.server.serve import with_network_ceiling
 
     run(host, port, api_keys_file, log_level, unix=unix, group=group,
-        settings=cli_settings())
+        settings=with_network_ceiling(cli_settings(), network_ceiling))

@@ -31,7 +31,8 @@ from agent_sandbox.settings import Settings
 # concurrent command wait for a thread, not for the sandbox.
 WORKER_THREADS = 256
 _ERROR_DOCS = {status: {"model": ErrorBody, "description": what} for status, what in (
-    (400, "invalid argument"), (401, "no or bad API key"), (404, "not found"),
+    (400, "invalid argument"), (401, "no or bad API key"),
+    (403, "beyond a network ceiling (the gateway's or the API key's)"), (404, "not found"),
     (409, "wrong state"), (429, "quota exceeded (see Retry-After)"),
     (503, "runtime unavailable"), (504, "timeout"))}
 _ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
@@ -65,13 +66,13 @@ def create_app(engine: Provider | None = None, keys: KeyStore | None = None,
                settings: Settings | None = None) -> FastAPI:
     """The app over a provider (the embedded engine unless given) and ``keys`` (made from
     ``settings`` when not given)."""
-    if engine is None or keys is None:
-        settings = settings or Settings()
+    settings = settings or Settings()
     if engine is None:
         from agent_sandbox.providers.local import local_provider
 
         engine = local_provider(settings)
-    state = GatewayState(provider=engine, keys=keys or KeyStore(settings=settings))
+    state = GatewayState(provider=engine, keys=keys or KeyStore(settings=settings),
+                         network_ceiling=settings.gateway_ceiling)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from fastapi import Request
 
 from agent_sandbox.errors import NotFoundError, UnauthenticatedError
+from agent_sandbox.netpolicy import NetworkPolicy
 from agent_sandbox.runtime import validate
 from agent_sandbox.server.keys import ApiKey, KeyStore
 from agent_sandbox.server.peercred import PeerCred, peer_of
@@ -99,3 +100,16 @@ def check_volume(state: GatewayState, who: Principal, volume_id: str) -> None:
         return
     if not isinstance(volume_id, str) or state.keys.volume_owner(volume_id) != who.owner:
         raise NotFoundError(f"volume {volume_id!r} not found")
+
+
+def check_network(state: GatewayState, who: Principal, policy: NetworkPolicy) -> None:
+    """A sandbox's network (on create and on set_network) within the gateway's ceiling and
+    the caller's key's own; otherwise PermissionDeniedError (403) naming the ceiling."""
+    policy.check_within(state.network_ceiling, "this gateway's operator",
+                        "the operator sets it with ABX_GATEWAY_NETWORK_CEILING (or `abx "
+                        "serve --network-ceiling`)")
+    key = who.key
+    if key is not None and key.network_ceiling is not None:
+        policy.check_within(key.network_ceiling, f"API key {key.name!r}",
+                            "a key's ceiling is set when it is made (`abx keys create "
+                            "--network POLICY`): ask the operator for a key with a higher one")

@@ -14,17 +14,19 @@ from pathlib import Path
 from agent_sandbox.errors import SandboxError
 from agent_sandbox.providers.engine_choice import DAEMON_GROUP
 from agent_sandbox.server.keys import KeyStore
-from agent_sandbox.server.serve import serve
+from agent_sandbox.server.serve import serve, with_network_ceiling
 from agent_sandbox.settings import Settings
 
 
 def keys_create(name: str, *, admin: bool = False, max_sandboxes: int | None = None,
-                max_commands: int | None = None, api_keys_file: str | Path | None = None,
+                max_commands: int | None = None, network: str | None = None,
+                api_keys_file: str | Path | None = None,
                 settings: Settings | None = None) -> dict[str, object]:
-    """A new key: its public fields plus ``token`` (shown this once, never stored)."""
+    """A new key: its public fields plus ``token`` (shown this once, never stored).
+    ``network``: the key's network ceiling (None: the gateway's)."""
     store = KeyStore(api_keys_file, settings=settings)
     key, token = store.create(name, admin=admin, max_sandboxes=max_sandboxes,
-                              max_commands=max_commands)
+                              max_commands=max_commands, network_ceiling=network)
     return {**key.public(), "token": token}
 
 
@@ -54,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--group", default=DAEMON_GROUP,
                      help=f"the unix socket's group (default {DAEMON_GROUP})")
     run.add_argument("--log-level", default="warning")
+    run.add_argument("--network-ceiling", default=None, metavar="POLICY",
+                     help="the most network any sandbox may have (default: "
+                          "$ABX_GATEWAY_NETWORK_CEILING, else full)")
     keys = sub.add_parser("keys", help="manage API keys").add_subparsers(dest="action",
                                                                         required=True)
     create = keys.add_parser("create")
@@ -61,6 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--admin", action="store_true")
     create.add_argument("--max-sandboxes", type=int)
     create.add_argument("--max-commands", type=int)
+    create.add_argument("--network", default=None, metavar="POLICY",
+                        help="the key's network ceiling (default: the gateway's)")
     keys.add_parser("list")
     revoke = keys.add_parser("revoke")
     revoke.add_argument("key", help="key id or name")
@@ -74,11 +81,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings()  # the one read of the environment in this process
         if args.command == "serve":
+            settings = with_network_ceiling(settings, args.network_ceiling)
             serve(args.host, args.port, args.api_keys_file, args.log_level, unix=args.unix,
                   group=args.group, settings=settings)
         elif args.action == "create":
             out = keys_create(args.name, admin=args.admin, max_sandboxes=args.max_sandboxes,
-                              max_commands=args.max_commands, api_keys_file=args.api_keys_file,
+                              max_commands=args.max_commands, network=args.network,
+                              api_keys_file=args.api_keys_file,
                               settings=settings)
             print(json.dumps(out, indent=2))
         elif args.action == "list":

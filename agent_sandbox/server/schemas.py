@@ -17,8 +17,19 @@ import os
 import re
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WithJsonSchema,
+    WrapValidator,
+    model_validator,
+)
 
+from agent_sandbox import netpolicy
 from agent_sandbox.errors import InvalidArgumentError
 from agent_sandbox.runtime import validate
 from agent_sandbox.runtime.store import SandboxState
@@ -47,6 +58,9 @@ MAX_FILE_OFFSET = 1 << 62  # the guest's bound on a read's offset and limit
 MIN_SIGNAL, MAX_SIGNAL = 1, 64  # the guest's bound
 LANGUAGES = ("python", "python3")  # kernels.py: the code interpreter runs python
 SANDBOX_STATES = (SandboxState.RUNNING, SandboxState.PAUSED)
+MAX_NETWORK_ENTRIES = 256  # netpolicy's bound on allow_out and deny_out
+MAX_NETWORK_ENTRY = 253  # a host name's longest spelling (a CIDR is shorter)
+MAX_NETWORK_TEXT = MAX_NETWORK_ENTRIES * (MAX_NETWORK_ENTRY + 2)  # a comma list of them
 
 SANDBOX_ID_PATTERN = validate._SANDBOX_ID.pattern
 CODE_CONTEXT_PATTERN = validate._CODE_CONTEXT.pattern
@@ -227,6 +241,51 @@ class _Body(BaseModel):
         return data
 
 
+NetworkEntry = Annotated[str, Field(min_length=1, max_length=MAX_NETWORK_ENTRY)]
+NetworkEntries = Annotated[list[NetworkEntry], Field(max_length=MAX_NETWORK_ENTRIES)]
+
+
+class NetworkPolicyBody(_Body):
+    """E2B's shape: ``allow_out`` names, ``*.`` wildcards, CIDRs and presets; ``deny_out``
+    wins over it. Without ``mode``: allowlist if allow_out, else full if deny_out, else off."""
+
+    mode: Annotated[str, Field(json_schema_extra={"enum": list(netpolicy.MODES)})] | None = None
+    allow_out: NetworkEntries | None = None
+    deny_out: NetworkEntries | None = None
+
+
+def _network(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """The schema's types first; whatever they refuse, netpolicy explains (one clear
+    message, the SDK's, instead of one complaint per branch of the union)."""
+    try:
+        checked = handler(value)
+    except ValidationError:
+        netpolicy.parse(value)  # raises InvalidArgumentError naming what is wrong
+        raise InvalidArgumentError(
+            "network: give true/false, a string (off, full, a preset, a comma list), an "
+            "array of entries, or {mode, allow_out, deny_out} with allow_out and deny_out "
+            "arrays of strings") from None
+    policy_of(checked)  # netpolicy's own check of the entries: the SDK's message
+    return checked
+
+
+Network = Annotated[
+    bool | Annotated[str, Field(max_length=MAX_NETWORK_TEXT)] | NetworkEntries
+    | NetworkPolicyBody,
+    Field(description="false/`off` (loopback only), true/`full`, a preset (`registries`), "
+          "a comma list or array of host names, `*.` wildcards and CIDRs (an allowlist), or "
+          "{mode, allow_out, deny_out}; never beyond the gateway's or the API key's network "
+          "ceiling (403)"),
+    WrapValidator(_network)]
+
+
+def policy_of(value: Any) -> netpolicy.NetworkPolicy:
+    """A body's network field as the policy it names."""
+    if isinstance(value, NetworkPolicyBody):
+        value = value.model_dump(exclude_none=True)
+    return netpolicy.parse(value)
+
+
 class CreateSandbox(_Body):
     template: Annotated[str, Field(json_schema_extra={"pattern": TEMPLATE_NAME_PATTERN}),
                         AfterValidator(validate_name)] = "base"
@@ -239,7 +298,7 @@ class CreateSandbox(_Body):
                          positive("memory_mb", MAX_MEMORY_MB, integer=True)] | None = None
     disk_mb: Annotated[int | float, _integer(MIN_DISK_MB, MAX_DISK_MB),
                        positive("disk_mb", MAX_DISK_MB, integer=True)] | None = None
-    network: bool = False
+    network: Network = False
     persistent: bool = False
     metadata: dict[str, str] | None = None
     volume: str | None = None
@@ -247,6 +306,10 @@ class CreateSandbox(_Body):
 
 class SetTimeout(_Body):
     timeout: SandboxTimeout
+
+
+class SetNetwork(_Body):
+    network: Network
 
 
 _ONE_OF_STDIN = {"not": {"required": ["stdin", "stdin_base64"], "properties": {

@@ -22,6 +22,20 @@ def check_bind(host: str, keys: KeyStore) -> None:
             "on 127.0.0.1")
 
 
+def with_network_ceiling(settings: Settings, ceiling: str | None) -> Settings:
+    """``settings`` with the gateway's network ceiling from a command-line option (None:
+    as the environment has it), checked like ABX_GATEWAY_NETWORK_CEILING."""
+    if ceiling is None:
+        return settings
+    from agent_sandbox.netpolicy import parse
+
+    try:
+        parse(ceiling)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"--network-ceiling: {exc.message}") from None
+    return settings.model_copy(update={"gateway_network_ceiling": ceiling})
+
+
 def serve(host: str = "127.0.0.1", port: int = 8080, api_keys_file: str | Path | None = None,
           log_level: str = "warning", *, unix: str | Path | None = None,
           group: str = DAEMON_GROUP, settings: Settings | None = None) -> None:

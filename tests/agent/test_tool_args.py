@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 import jsonschema
@@ -17,6 +18,7 @@ import pytest
 from agent_sandbox.agent.args import parse_args
 from agent_sandbox.agent.tools import ALL_TOOLS
 from agent_sandbox.errors import InvalidArgumentError
+from agent_sandbox.netpolicy import parse as parse_policy
 
 SPECS = {spec.name: spec for spec in ALL_TOOLS}
 # Each tool's smallest valid call.
@@ -25,6 +27,7 @@ MINIMAL: dict[str, dict[str, Any]] = {
     "run_code": {"code": "1"}, "run_command": {"command": "true"},
     "process_output": {"pid": 7}, "kill_process": {"pid": 7},
     "read_file": {"path": "/x"}, "write_file": {"path": "/x", "content": ""},
+    "set_network": {"network": "registries"},
     "pause_sandbox": {"sandbox_id": "sbx-0123456789"},
     "resume_sandbox": {"sandbox_id": "sbx-0123456789"},
     "reset_rootfs": {"sandbox_id": "sbx-0123456789"},
@@ -41,6 +44,7 @@ ARGUMENTS = {
     "read_file": ("path encoding offset limit sandbox_id", "path"),
     "write_file": ("path content encoding mode sandbox_id", "path content"),
     "list_files": ("path depth sandbox_id", ""),
+    "set_network": ("network sandbox_id", "network"),
     "pause_sandbox": ("sandbox_id", ""),
     "resume_sandbox": ("sandbox_id", ""),
     "reset_rootfs": ("sandbox_id", ""),
@@ -150,7 +154,7 @@ def test_no_union_types_for_strict_dialects() -> None:
 def test_defaults(tool: str) -> None:
     args = accepts(tool, MINIMAL[tool])
     for name, value in MINIMAL[tool].items():
-        assert getattr(args, name) == value
+        assert getattr(args, name) == (parse_policy(value) if name == "network" else value)
     if "sandbox_id" in schema_of(tool)["properties"] and "sandbox_id" not in MINIMAL[tool]:
         assert args.sandbox_id is None  # the session's default sandbox
 
@@ -341,11 +345,12 @@ PROBES: list[Any] = [0, 1, 7, 7.5, 0.001, 0.0005, 32, 64, 1024, 1025, 86400, 864
 @pytest.mark.parametrize("tool", list(MINIMAL))
 def test_the_model_accepts_exactly_what_the_schema_allows(tool: str) -> None:
     """A value a client's own validator lets through is one the tool takes, and the other way
-    round (write_file's mode is the one pattern the schema cannot spell: octal strings)."""
+    round (write_file's mode and the network policies are the patterns the schema cannot
+    spell: octal strings, host names and CIDRs; their own tests cover them)."""
     schema = schema_of(tool)
     validator = jsonschema.Draft202012Validator(schema)
     for name in schema["properties"]:
-        if name == "mode":
+        if name in ("mode", "network"):
             continue
         for probe in PROBES:
             args = {**MINIMAL[tool], name: probe}
@@ -356,3 +361,24 @@ def test_the_model_accepts_exactly_what_the_schema_allows(tool: str) -> None:
             except InvalidArgumentError:
                 by_model = False
             assert by_model == by_schema, (tool, name, probe)
+
+
+@pytest.mark.parametrize("tool", ["create_sandbox", "set_network"])
+def test_network_policies(tool: str) -> None:
+    """One string (never a union of types): off, full, a preset or a comma list; anything
+    else is refused naming the argument and what it takes. The ceiling is the tool's."""
+    base = {**MINIMAL[tool]}
+    for text, want in (("off", "off"), ("full", "full"), ("registries", "allowlist"),
+                       ("pypi.org, *.example.com,10.0.0.0/8", "allowlist")):
+        assert accepts(tool, {**base, "network": text}).network.mode == want
+    assert accepts(tool, {**base, "network": "PyPI.org"}).network.allow_out == ("pypi.org",)
+    for bad in (True, 1, ["pypi.org"], {"mode": "full"}):
+        assert "'network' must be a string: 'off'" in refusal(tool, {**base, "network": bad})
+    for bad, says in (("allowlist", "needs its entries"), ("pypi.org:443", "not understood"),
+                      ("http://x.com", "not understood"), ("*", "not understood"),
+                      (",", "names no entry")):
+        message = refusal(tool, {**base, "network": bad})
+        assert "'network' is not a network policy" in message and says in message, message
+    pattern = re.compile(schema_of(tool)["properties"]["network"]["pattern"])
+    assert pattern.match("pypi.org, *.x.com,10.0.0.0/8,2001:db8::/32")
+    assert not pattern.match("x.com;rm -rf /")

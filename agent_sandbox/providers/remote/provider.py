@@ -63,6 +63,17 @@ def _stdin_fields(data: str | bytes | None, key: str = "stdin") -> dict[str, Any
     return {key: data}  # let the gateway reject it with the engine's message
 
 
+def _network_field(network: object) -> Any:
+    """A policy as the gateway's JSON: checked here first (the SDK's own message, no round
+    trip), and plain true/false where that says it all, which any gateway takes."""
+    from agent_sandbox.netpolicy import parse
+
+    policy = parse(network)
+    if not policy.deny_out and policy.mode in ("off", "full"):
+        return policy.mode == "full"
+    return policy.model_dump(mode="json")
+
+
 def _user_field(user: str | None) -> dict[str, Any]:
     # Sent only when given: a gateway from before ``user`` existed still runs the rest.
     return {} if user is None else {"user": user}
@@ -113,6 +124,7 @@ class RemoteProvider:
     def create(self, *, owner: str = "", **options: Any) -> SandboxInfo:
         _no_owner(owner)
         body = CreateOptions(**options).as_kwargs()  # unset options: CreateOptions' defaults
+        body["network"] = _network_field(body["network"])
         return SandboxInfo(**self._call("POST", "/v1/sandboxes", json=body))
 
     def info(self, sandbox_id: str) -> SandboxInfo:
@@ -136,6 +148,10 @@ class RemoteProvider:
 
     def set_timeout(self, sandbox_id: str, timeout: float) -> None:
         self._call("PUT", self._sb(sandbox_id, "/timeout"), json={"timeout": timeout})
+
+    def set_network(self, sandbox_id: str, policy: object) -> None:
+        self._call("PUT", self._sb(sandbox_id, "/network"),
+                   json={"network": _network_field(policy)})
 
     def kill(self, sandbox_id: str, delete_volume: bool = False) -> None:
         self._call("DELETE", self._sb(sandbox_id),

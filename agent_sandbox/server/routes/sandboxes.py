@@ -1,4 +1,5 @@
-"""/v1/sandboxes: create, list, get, pause, resume, reset the system layer, timeout, delete."""
+"""/v1/sandboxes: create, list, get, pause, resume, reset the system layer, timeout,
+network, delete."""
 
 from __future__ import annotations
 
@@ -7,9 +8,15 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from agent_sandbox.models import SandboxInfo
-from agent_sandbox.server.auth import check_volume
+from agent_sandbox.server.auth import check_network, check_volume
 from agent_sandbox.server.routes._deps import Caller, SandboxId, State
-from agent_sandbox.server.schemas import SANDBOX_STATES, CreateSandbox, SetTimeout
+from agent_sandbox.server.schemas import (
+    SANDBOX_STATES,
+    CreateSandbox,
+    SetNetwork,
+    SetTimeout,
+    policy_of,
+)
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
 
@@ -17,6 +24,9 @@ router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
 @router.post("", status_code=201)
 def create_sandbox(body: CreateSandbox, state: State, who: Caller) -> SandboxInfo:
     engine = state.provider
+    options = body.model_dump()
+    options["network"] = policy_of(body.network)
+    check_network(state, who, options["network"])
     if body.volume is not None:
         check_volume(state, who, body.volume)
 
@@ -24,7 +34,7 @@ def create_sandbox(body: CreateSandbox, state: State, who: Caller) -> SandboxInf
         return len(engine.list(owner=who.owner))
 
     with state.quotas.sandbox_slot(who.key, live):
-        info = engine.create(**body.model_dump(), owner=who.owner)
+        info = engine.create(**options, owner=who.owner)
     state.keys.own_volume(info.volume_id, who.owner)
     return info
 
@@ -62,6 +72,17 @@ def reset_rootfs(sandbox_id: SandboxId, state: State) -> SandboxInfo:
 def set_timeout(sandbox_id: SandboxId, body: SetTimeout, state: State) -> Response:
     state.provider.set_timeout(sandbox_id, body.timeout)
     return Response(status_code=204)
+
+
+@router.put("/{sandbox_id}/network")
+def set_network(sandbox_id: SandboxId, body: SetNetwork, state: State,
+                who: Caller) -> SandboxInfo:
+    """Change a sandbox's network policy without restarting it (a paused one gets it on
+    resume); within the gateway's and the key's ceiling, else 403."""
+    policy = policy_of(body.network)
+    check_network(state, who, policy)
+    state.provider.set_network(sandbox_id, policy)
+    return state.provider.info(sandbox_id)
 
 
 @router.delete("/{sandbox_id}", status_code=204)
