@@ -264,8 +264,8 @@ SET_NETWORK = ToolSpec(
     "Change a sandbox's outbound network policy while it runs, without restarting it "
     "(without sandbox_id: the session's default sandbox; this never creates one). network: "
     "'off' (loopback only), 'registries' (PyPI, npm, Debian/Ubuntu apt), comma-separated "
-    "host names, *.wildcards and CIDRs, or 'full'. Connections the new policy no longer "
-    "allows are closed. The host, the LAN and cloud metadata are never reachable. This "
+    "host names, *.wildcards and CIDRs, or 'full'. Open connections are closed. The host, "
+    "the LAN and cloud metadata are never reachable. This "
     "server's operator allows at most {network_ceiling}: asking for more is refused (only "
     "the operator can raise that ceiling).",
     SetNetworkArgs, set_network)

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from agent_sandbox.cli import copy_cmd, shell_cmd
 from agent_sandbox.cli.exec_cmd import EPILOG, ExecCommand, exec_
@@ -108,8 +109,7 @@ def list_(template: Annotated[str | None, typer.Option(help="Only this template.
     table.columns[0].no_wrap = True
     for i in infos:
         table.add_row(i.sandbox_id, i.template, i.state, ago(i.created_at), ago(i.last_used),
-                      "yes" if i.persistent else "no", parse(i.network).describe(),
-                      markup=False)
+                      "yes" if i.persistent else "no", Text(parse(i.network).describe()))
     console.print(table)
 
 
@@ -129,8 +129,8 @@ def info(sandbox_id: IdArg, json_out: JsonOpt = False) -> None:
 def network(sandbox_id: IdArg,
             policy: Annotated[str, typer.Argument(metavar="POLICY", help=NETWORK_HELP)],
             json_out: JsonOpt = False) -> None:
-    """Change a running sandbox's network policy without restarting it (a paused one gets
-    it when it resumes). Connections the new policy forbids are closed."""
+    """Change a sandbox's network policy without restarting it (running or paused: at
+    once; stopped: when it boots). Connections open through the old policy are closed."""
     from agent_sandbox.netpolicy import parse
 
     checked = _policy(policy, "POLICY")

@@ -243,8 +243,8 @@ class Engine(GuestOps, DirOps, Terminals):
         return self.info(sandbox_id)
 
     def set_network(self, sandbox_id: str, network: NetworkSpec) -> None:
-        """Change what a sandbox may reach, without restarting it: connections the new
-        policy no longer allows are closed."""
+        """Change what a sandbox may reach, without restarting it: its rules are replaced
+        and its proxy restarted, so connections open through the old one are closed."""
         policy = netpolicy.parse(network)
         if policy.mode != "off":
             self.mode.check_network()

@@ -143,7 +143,7 @@ class Sandbox:
     def set_network(self, network: NetworkSpec) -> None:
         """Change what the sandbox may reach, while it runs: "off", "registries", a list
         of names (``*.`` wildcards) and CIDRs, ``{"allow_out": [...], "deny_out": [...]}``
-        or "full". Connections the new policy no longer allows are closed."""
+        or "full". Connections open through the old policy are closed."""
         self._provider.set_network(self.sandbox_id, network)
 
     def kill(self, delete_volume: bool = False) -> None:
