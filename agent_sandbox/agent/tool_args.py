@@ -74,6 +74,7 @@ MemoryMb = Annotated[int, Field(ge=32, le=1 << 20), _WHOLE]
 ByteOffset = Annotated[int, Field(ge=0, le=MAX_BYTE), _WHOLE]
 ByteCount = Annotated[int, Field(ge=1, le=MAX_BYTE), _WHOLE]
 Depth = Annotated[int, Field(ge=1, le=64), _WHOLE]
+Port = Annotated[int, Field(ge=1, le=65535), _WHOLE]
 Envs = Annotated[dict[str, str], AfterValidator(_env_names), WithJsonSchema(
     {"type": "object", "additionalProperties": {"type": "string"},
      "propertyNames": {"pattern": ENV_NAME_PATTERN}})]
@@ -132,6 +133,11 @@ class SetNetworkArgs(ToolArgs):
     network: NetworkPolicyArg = Field(description=NETWORK_HELP)
     sandbox_id: str | None = Field(None, max_length=128, description="Sandbox to change. "
                                    "Omit for this session's default sandbox.")
+
+
+class ExposePortArgs(SandboxArgs):
+    port: Port = Field(description="The TCP port a server listens on inside the sandbox "
+                       "(on 127.0.0.1 or 0.0.0.0 there).")
 
 
 class KillSandboxArgs(SandboxArgs):

@@ -86,5 +86,7 @@ OUTPUT_SCHEMAS: dict[str, Schema] = {
     "pause_sandbox": ONE_SANDBOX,
     "resume_sandbox": ONE_SANDBOX,
     "reset_rootfs": ONE_SANDBOX,
+    "expose_port": obj({"sandbox_id": STR, "port": INT,
+                        "url": _t("string", "where the port is reached from")}),
     "kill_sandbox": obj({"sandbox_id": STR, "killed": BOOL, "volume_deleted": BOOL}),
 }

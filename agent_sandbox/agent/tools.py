@@ -17,6 +17,7 @@ from agent_sandbox.agent.file_tools import LIST_FILES, READ_FILE, WRITE_FILE
 from agent_sandbox.agent.output import cut
 from agent_sandbox.agent.tool_args import (
     CreateSandboxArgs,
+    ExposePortArgs,
     KillSandboxArgs,
     ListSandboxesArgs,
     ProcessArgs,
@@ -85,6 +86,14 @@ async def set_network(ctx: CallContext, a: SetNetworkArgs) -> ToolOutput:
     info = await sb.info()
     return ToolOutput(f"Network of {sb.sandbox_id} is now {a.network.describe()}; sandbox "
                       f"{describe(info)}.", {"sandbox": public_info(info)})
+
+
+async def expose_port(ctx: CallContext, a: ExposePortArgs) -> ToolOutput:
+    sb = await existing_sandbox(ctx, a.sandbox_id)
+    url = await sb.expose_port(a.port)
+    return ToolOutput(f"Port {a.port} of {sb.sandbox_id} is reachable at {url} (from the "
+                      "machine this server runs on).",
+                      {"sandbox_id": sb.sandbox_id, "port": a.port, "url": url})
 
 
 async def _lifecycle(ctx: CallContext, a: SandboxArgs, spec: ToolSpec, verb: str) -> ToolOutput:
@@ -333,10 +342,18 @@ KILL_SANDBOX = ToolSpec(
     "delete_volumes=true.",
     KillSandboxArgs, kill_sandbox, destructive=True)
 
+EXPOSE_PORT = ToolSpec(
+    "expose_port",
+    "Make a server listening inside a sandbox (a web app, an API, a WebSocket) reachable: "
+    "returns a URL for it, which works even with the sandbox's network off (without "
+    "sandbox_id: the session's default sandbox; this never creates one). Start the server "
+    "first, e.g. run_command 'python3 -m http.server 8000' with background=true.",
+    ExposePortArgs, expose_port)
+
 ALL_TOOLS: tuple[ToolSpec, ...] = (
     CREATE_SANDBOX, LIST_SANDBOXES, RUN_CODE, RUN_COMMAND, PROCESS_OUTPUT, KILL_PROCESS,
     READ_FILE, WRITE_FILE, LIST_FILES, SET_NETWORK, PAUSE_SANDBOX, RESUME_SANDBOX,
-    RESET_ROOTFS, KILL_SANDBOX,
+    RESET_ROOTFS, EXPOSE_PORT, KILL_SANDBOX,
 )
 PRESETS: dict[str, tuple[str, ...]] = {
     "read-only": ("list_sandboxes", "read_file", "list_files", "process_output"),

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from agent_sandbox.cli import copy_cmd, shell_cmd
+from agent_sandbox.cli import copy_cmd, port_cmd, shell_cmd
 from agent_sandbox.cli.exec_cmd import EPILOG, ExecCommand, exec_
 from agent_sandbox.cli.info_view import ago, info_table
 from agent_sandbox.cli.output import CliError, console, note, print_json, want_json
@@ -142,6 +142,16 @@ def network(sandbox_id: IdArg,
     else:
         console.print(f"{sandbox_id}: network {parse(data['network']).describe()}",
                       markup=False)
+
+
+@app.command("port", epilog="Example: abx sandbox port sbx-1234 8000   (then open the URL)")
+def port(sandbox_id: IdArg,
+         number: Annotated[int, typer.Argument(min=1, max=65535, metavar="PORT",
+                                               help="Where the server listens inside.")],
+         json_out: JsonOpt = False) -> None:
+    """Reach a server listening inside a sandbox (even with its network off): prints a URL
+    and, on this machine's engine, forwards until Ctrl-C."""
+    port_cmd.port(_sandbox(sandbox_id), sandbox_id, number, json_out)
 
 
 app.command(name="exec", cls=ExecCommand, epilog=EPILOG)(exec_)

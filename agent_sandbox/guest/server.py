@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # typing costs ~5 ms of startup; annotations are strings anyw
     Req = Dict[str, Any]
 
 if __package__:
-    from . import dir_ops, file_ops, watch_ops
+    from . import dir_ops, file_ops, port_ops, watch_ops
     from . import protocol as proto
     from .conn import Conn
     from .errors import GuestError, bad
@@ -28,6 +28,7 @@ if __package__:
 else:  # imported by agent.py from the guest's directory
     import dir_ops  # type: ignore[no-redef]
     import file_ops  # type: ignore[no-redef]
+    import port_ops  # type: ignore[no-redef]
     import protocol as proto  # type: ignore[no-redef]
     import watch_ops  # type: ignore[no-redef]
     from conn import Conn  # type: ignore[no-redef]
@@ -51,6 +52,7 @@ class Agent:
             **file_ops.HANDLERS,
             **watch_ops.HANDLERS,
             **dir_ops.HANDLERS,
+            **port_ops.HANDLERS,
         }
 
     # -- dispatch

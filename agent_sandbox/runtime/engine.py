@@ -29,6 +29,7 @@ from agent_sandbox.runtime.guest_dirs import DirOps
 from agent_sandbox.runtime.guest_ops import GuestOps
 from agent_sandbox.runtime.host_mode import HostMode, select_host_mode
 from agent_sandbox.runtime.pool import WarmPool, new_id
+from agent_sandbox.runtime.port_forward import PortForwards
 from agent_sandbox.runtime.reaper import reap_loop, reap_once
 from agent_sandbox.runtime.runc import Runc
 from agent_sandbox.runtime.sandboxes import VISIBLE, Sandboxes
@@ -48,6 +49,7 @@ class Engine(GuestOps, DirOps, Terminals):
         self._parts: Sandboxes | None = None
         self._reaping: int | None = None
         self._pool: WarmPool | None = None
+        self._ports = PortForwards(lambda sandbox_id: self._sandboxes.guest(sandbox_id))
 
     # start and stop ---------------------------------------------------------------------
     def open(self) -> Engine:
@@ -85,6 +87,7 @@ class Engine(GuestOps, DirOps, Terminals):
 
     def close(self) -> None:
         self._stop.set()
+        self._ports.close()
         if self._reaping is not None:
             os.close(self._reaping)
             self._reaping = None
@@ -261,7 +264,15 @@ class Engine(GuestOps, DirOps, Terminals):
         return self.info(sandbox_id)
 
     def kill(self, sandbox_id: str, delete_volume: bool = False) -> None:
+        self._ports.close(sandbox_id)
         self._sandboxes.kill(sandbox_id, delete_volume)
+
+    def expose_port(self, sandbox_id: str, port: int) -> str:
+        """``http://127.0.0.1:N``: reaches ``port`` inside the sandbox from this host
+        through the guest channel (any TCP: HTTP, WebSockets...), whatever its network
+        policy, for as long as this engine object lives."""
+        self._sandboxes.row(sandbox_id)
+        return f"http://{self._ports.expose(sandbox_id, port)}"
 
     def list_volumes(self) -> list[VolumeInfo]:
         return self._sandboxes.list_volumes()

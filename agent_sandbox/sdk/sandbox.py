@@ -140,6 +140,17 @@ class Sandbox:
     def set_timeout(self, timeout: float) -> None:
         self._provider.set_timeout(self.sandbox_id, timeout)
 
+    def expose_port(self, port: int) -> str:
+        """A URL reaching ``port`` inside the sandbox — any TCP (HTTP, WebSockets, ...),
+        even with the network off: ``http://127.0.0.1:N`` locally (while this process
+        lives), the gateway's routed URL (behind its API key) remotely."""
+        return self._provider.expose_port(self.sandbox_id, port)
+
+    def get_host(self, port: int) -> str:
+        """``expose_port(port)`` without its scheme (E2B's ``get_host``): prefix it with
+        ``http://`` or ``ws://``."""
+        return self.expose_port(port).split("://", 1)[1]
+
     def set_network(self, network: NetworkSpec) -> None:
         """Change what the sandbox may reach, while it runs: "off", "registries", a list
         of names (``*.`` wildcards) and CIDRs, ``{"allow_out": [...], "deny_out": [...]}``

@@ -19,6 +19,7 @@ from agent_sandbox.server.routes import (
     dirs,
     files,
     misc,
+    ports,
     pty,
     sandboxes,
     watch,
@@ -84,7 +85,7 @@ def create_app(engine: Provider | None = None, keys: KeyStore | None = None,
     app.state.gateway = state
     app.openapi = _documented(app)  # type: ignore[method-assign]
     errors.install(app)
-    for module in (sandboxes, commands, code, files, dirs, watch, misc, pty):
+    for module in (sandboxes, commands, code, files, dirs, watch, misc, pty, ports):
         app.include_router(module.router)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     return app

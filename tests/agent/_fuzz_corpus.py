@@ -75,6 +75,7 @@ BASE = {  # arguments that make each tool fail cheaply when the fuzzed one is va
     "read_file": {"path": "/nonexistent-fuzz"}, "list_files": {"path": "/nonexistent-fuzz"},
     "write_file": {"path": "/tmp/fuzz.txt", "content": "x"},
     "set_network": {"network": "off", "sandbox_id": "sbx-fuzz000000"},
+    "expose_port": {"port": 8000, "sandbox_id": "sbx-fuzz000000"},
 }
 SANDBOX_TOOLS = ("pause_sandbox", "resume_sandbox", "reset_rootfs", "kill_sandbox")
 

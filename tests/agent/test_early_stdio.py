@@ -61,5 +61,5 @@ def test_early_answer_equals_the_sdks_and_the_session_works() -> None:
     answers = [json.loads(x) for x in out.stdout.splitlines()]
     assert [a["id"] for a in answers] == [1, 2, 3], answers
     assert answers[0]["result"] == answers[1]["result"]
-    assert len(answers[2]["result"]["tools"]) == 14
+    assert len(answers[2]["result"]["tools"]) == 15
     assert b"differs" not in out.stderr

@@ -119,7 +119,7 @@ def stdio() -> Iterator[Stdio]:
 
 def tool_schemas(listing: dict[str, Any]) -> list[dict[str, Any]]:
     tools = listing["result"]["tools"]
-    assert len(tools) == 14
+    assert len(tools) == 15
     return tools
 
 
@@ -196,7 +196,7 @@ def test_stdio_calls_before_initialize() -> None:
         assert srv.recv() == {"jsonrpc": "2.0", "id": 3, "result": {}}
         srv.initialize()
         srv.request(4, "tools/list")
-        assert len(srv.recv()["result"]["tools"]) == 14
+        assert len(srv.recv()["result"]["tools"]) == 15
     finally:
         assert srv.close() == 0
 

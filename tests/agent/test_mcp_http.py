@@ -97,7 +97,7 @@ def test_official_client_sessions_isolation_and_delete(srv: Uvicorn) -> None:
                 streamable_http_client(srv.url + "/mcp", http_client=h2), mode="legacy"))
             if True:
                 tools = {t.name for t in (await a.list_tools()).tools}
-                assert "run_command" in tools and len(tools) == 14
+                assert "run_command" in tools and len(tools) == 15
                 r = await a.call_tool("run_command", {"command": "echo $((6*7))"})
                 assert not r.is_error and r.structured_content["stdout"] == "42\n"
                 mine = r.structured_content["sandbox_id"]
@@ -173,7 +173,7 @@ def test_sessions_that_made_nothing_make_room_at_the_cap() -> None:
             sid = open_session(server.url, {})
             r = httpx.post(server.url + "/mcp", json=listing,
                            headers={**ACCEPT, "Mcp-Session-Id": sid})
-            assert r.status_code == 200 and len(rpc_body(r)["result"]["tools"]) == 14
+            assert r.status_code == 200 and len(rpc_body(r)["result"]["tools"]) == 15
             idle.append(sid)
         # The oldest empty sessions were ended; the one holding a sandbox never is.
         gone = httpx.post(server.url + "/mcp", json=listing,

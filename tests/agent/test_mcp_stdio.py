@@ -42,7 +42,7 @@ def test_every_tool_end_to_end(mode: str) -> None:
     async def body(c: Client) -> dict[str, Any]:
         seen: dict[str, Any] = {}
         names = {t.name for t in (await c.list_tools()).tools}
-        assert len(names) == 14 and "run_code" in names
+        assert len(names) == 15 and "run_code" in names
 
         # Lazy default sandbox on first use.
         err, data, text = await call(c, "run_command", command="echo hi; echo oops >&2; exit 3")
@@ -243,7 +243,7 @@ def test_seed_smoke_two_json_lines() -> None:
         first, second = srv.recv(), srv.recv()
         assert first["id"] == 1 and first["result"]["protocolVersion"] == "2024-11-05"
         assert first["result"]["serverInfo"]["name"] == "agent-sandbox"
-        assert second["id"] == 2 and len(second["result"]["tools"]) == 14
+        assert second["id"] == 2 and len(second["result"]["tools"]) == 15
     finally:
         assert srv.close() == 0
 
@@ -349,7 +349,7 @@ LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
 def test_piped_smoke_test_answers_every_request_before_eof(notify: bool) -> None:
     answers = _piped([INIT_BARE, *([INITIALIZED] if notify else []), LIST])
     assert [a["id"] for a in answers] == [1, 2], answers
-    assert len(answers[1]["result"]["tools"]) == 14
+    assert len(answers[1]["result"]["tools"]) == 15
 
 
 def test_piped_tool_call_is_answered_and_its_sandbox_removed() -> None:

@@ -31,6 +31,7 @@ MINIMAL: dict[str, dict[str, Any]] = {
     "pause_sandbox": {"sandbox_id": "sbx-0123456789"},
     "resume_sandbox": {"sandbox_id": "sbx-0123456789"},
     "reset_rootfs": {"sandbox_id": "sbx-0123456789"},
+    "expose_port": {"port": 8000},
     "kill_sandbox": {"sandbox_id": "sbx-0123456789"},
 }
 # The contract clients rely on: argument names and the required ones, per tool.
@@ -48,6 +49,7 @@ ARGUMENTS = {
     "pause_sandbox": ("sandbox_id", ""),
     "resume_sandbox": ("sandbox_id", ""),
     "reset_rootfs": ("sandbox_id", ""),
+    "expose_port": ("sandbox_id port", "port"),
     "kill_sandbox": ("sandbox_id delete_volumes", ""),
 }
 MIB = 1 << 20

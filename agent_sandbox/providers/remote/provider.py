@@ -153,6 +153,13 @@ class RemoteProvider:
         self._call("PUT", self._sb(sandbox_id, "/network"),
                    json={"network": _network_field(policy)})
 
+    def expose_port(self, sandbox_id: str, port: int) -> str:
+        from agent_sandbox.runtime.port_forward import check_port
+
+        check_port(port)
+        self.info(sandbox_id)  # a clear not-found here, not at the first request
+        return f"{self.base_url.rstrip('/')}{self._sb(sandbox_id, f'/ports/{port}')}"
+
     def kill(self, sandbox_id: str, delete_volume: bool = False) -> None:
         self._call("DELETE", self._sb(sandbox_id),
                    params={"delete_volumes": "true" if delete_volume else "false"})

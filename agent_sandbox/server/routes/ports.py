@@ -1,0 +1,129 @@
+"""/v1/sandboxes/{id}/ports/{port}/...: a server listening inside a sandbox, reached
+through the gateway behind the same API key as the rest (HTTP, streamed both ways; and
+WebSockets). The engine forwards the port through the guest channel (runtime/
+port_forward.py), so this works with the sandbox's network off.
+
+The caller's credentials never reach the sandbox: Authorization, cookies of the gateway
+and hop-by-hop headers are dropped; what comes back is relayed, never interpreted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import anyio.to_thread
+import httpx2 as httpx
+import websockets
+from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
+from fastapi.responses import StreamingResponse
+from starlette.background import BackgroundTask
+
+from agent_sandbox.errors import SandboxError
+from agent_sandbox.runtime.port_forward import check_port
+from agent_sandbox.server.auth import check_sandbox, principal
+from agent_sandbox.server.errors import sandbox_error_response
+from agent_sandbox.server.routes._deps import SandboxId, State
+
+router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}/ports", tags=["ports"])
+_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
+        "trailer", "transfer-encoding", "upgrade", "host", "authorization", "cookie",
+        "content-length"}
+_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+_client: httpx.AsyncClient | None = None
+
+
+def _http() -> httpx.AsyncClient:
+    global _client
+    if _client is None:  # one pool for every forwarded request of this process
+        _client = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=15.0),
+                                    limits=httpx.Limits(max_connections=512),
+                                    follow_redirects=False, trust_env=False)
+    return _client
+
+
+async def _forwarded(state: State, sandbox_id: str, port: int) -> str:
+    check_port(port)
+    return await anyio.to_thread.run_sync(state.provider.expose_port, sandbox_id, port)
+
+
+@router.api_route("/{port}/{path:path}", methods=_METHODS, include_in_schema=True)
+async def forward_http(sandbox_id: SandboxId, port: int, path: str, request: Request,
+                       state: State) -> StreamingResponse:
+    """Any HTTP request, to ``port`` inside the sandbox, as ``/{path}``."""
+    base = await _forwarded(state, sandbox_id, port)
+    headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP]
+    headers.append(("x-forwarded-prefix", f"/v1/sandboxes/{sandbox_id}/ports/{port}"))
+    url = f"{base}/{path}" + (f"?{request.url.query}" if request.url.query else "")
+    upstream = _http().build_request(request.method, url, headers=headers,
+                                     content=request.stream())
+    try:
+        reply = await _http().send(upstream, stream=True)
+    except httpx.HTTPError as exc:
+        return StreamingResponse(iter([f"nothing answered on port {port} inside the sandbox "
+                                       f"({type(exc).__name__})\n".encode()]),
+                                 status_code=502, media_type="text/plain")
+    out = {k: v for k, v in reply.headers.items() if k.lower() not in _HOP - {"cookie"}}
+    return StreamingResponse(reply.aiter_raw(), status_code=reply.status_code, headers=out,
+                             background=BackgroundTask(reply.aclose))
+
+
+@router.websocket("/{port}/{path:path}")
+async def forward_websocket(websocket: WebSocket, sandbox_id: str, port: int,
+                            path: str) -> None:
+    """A WebSocket to ``port`` inside the sandbox: messages relayed both ways."""
+    state = websocket.app.state.gateway
+    try:
+        who = principal(websocket)  # type: ignore[arg-type]
+        check_sandbox(state, who, sandbox_id)
+        base = await _forwarded(state, sandbox_id, port)
+    except SandboxError as exc:
+        await websocket.close(code=4000 + min(exc.http_status, 999) % 1000,
+                              reason=exc.message[:120])
+        return
+    url = "ws" + base[4:] + f"/{path}" + (f"?{websocket.url.query}" if websocket.url.query
+                                           else "")
+    try:
+        async with websockets.connect(url, max_size=16 << 20, open_timeout=15) as inner:
+            await websocket.accept()
+            await _relay(websocket, inner)
+    except (TimeoutError, OSError, websockets.WebSocketException):
+        with contextlib.suppress(RuntimeError):
+            await websocket.close(code=1011, reason=f"nothing answered on port {port}")
+
+
+async def _relay(outer: WebSocket, inner: websockets.ClientConnection) -> None:
+    async def inward() -> None:
+        with contextlib.suppress(WebSocketDisconnect):
+            while True:
+                message = await outer.receive()
+                if message["type"] == "websocket.disconnect":
+                    return
+                data = message.get("bytes")
+                await inner.send(data if data is not None else message.get("text") or "")
+
+    async def outward() -> None:
+        async for data in _messages(inner):
+            if isinstance(data, bytes):
+                await outer.send_bytes(data)
+            else:
+                await outer.send_text(data)
+
+    tasks = [asyncio.ensure_future(inward()), asyncio.ensure_future(outward())]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        with contextlib.suppress(RuntimeError):
+            await outer.close()
+
+
+async def _messages(inner: websockets.ClientConnection) -> AsyncIterator[str | bytes]:
+    with contextlib.suppress(websockets.ConnectionClosed):
+        async for data in inner:
+            yield data
+
+
+__all__ = ["router", "sandbox_error_response"]
