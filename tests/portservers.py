@@ -63,3 +63,5 @@ def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
             return reply.status, reply.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
+    except OSError as exc:  # nothing answered (yet): status 0 and why
+        return 0, str(exc).encode()

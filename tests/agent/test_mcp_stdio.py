@@ -14,6 +14,7 @@ import anyio
 import pytest
 from _helpers import RawServer, kill_quietly, sandbox_ids, stdio_params, wait_gone
 from mcp import Client
+from portservers import get
 
 pytestmark = pytest.mark.integration
 
@@ -91,6 +92,21 @@ def test_every_tool_end_to_end(mode: str) -> None:
         assert data["killed"]
         err, data, _ = await call(c, "process_output", pid=pid)
         assert not data["running"]
+
+        # A server inside (network off), reached from here through expose_port.
+        await call(c, "run_command", background=True,
+                   command="cd /workspace && python3 -m http.server 8000 --bind 127.0.0.1")
+        err, data, text = await call(c, "expose_port", port=8000)
+        assert not err and data["url"].startswith("http://127.0.0.1:") and data["url"] in text
+        url = data["url"] + "/notes/a.txt"
+        for _ in range(100):  # the server may still be starting
+            status, body = await anyio.to_thread.run_sync(get, url)
+            if status == 200:
+                break
+            await anyio.sleep(0.1)
+        assert (status, body) == (200, "héllo wörld".encode())
+        err, data, text = await call(c, "expose_port", port=70000)
+        assert err and "65535" in text
 
         # A second sandbox; lifecycle tools without sandbox_id act on the default one.
         err, data, text = await call(c, "create_sandbox", timeout=120, envs={"K": "v"})
