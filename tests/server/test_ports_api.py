@@ -64,6 +64,6 @@ def test_websockets_behind_the_key(gw: Gateway, served: Sandbox) -> None:
             "Authorization": f"Bearer {gw.tokens['a']}"}) as ws:
         ws.send("ping")
         assert ws.recv(timeout=10) == "ping"
-    with pytest.raises(Exception, match="4401|401|rejected"):  # noqa: PT011
-        with ws_client.connect(url, open_timeout=10) as ws:
-            ws.recv(timeout=5)
+    with pytest.raises(Exception, match="4401|401|rejected"), \
+            ws_client.connect(url, open_timeout=10) as ws:  # noqa: PT011
+        ws.recv(timeout=5)
