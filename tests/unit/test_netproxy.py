@@ -1,0 +1,186 @@
+"""The policy proxy's parts in-process (no root, no sandbox): what first bytes name, the
+stand-in addresses, the decision table, the DNS answers, the config and the nft rules."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import ssl
+from pathlib import Path
+from typing import Any
+
+import dns.edns
+import dns.message
+import dns.rcode
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent_sandbox.netpolicy import parse
+from agent_sandbox.runtime import netns
+from agent_sandbox.runtime.netproxy import config as proxy_config
+from agent_sandbox.runtime.netproxy.dns_server import DnsServer
+from agent_sandbox.runtime.netproxy.fake import FakeAddresses, is_fake
+from agent_sandbox.runtime.netproxy.log import Log
+from agent_sandbox.runtime.netproxy.peek import inspect
+from agent_sandbox.runtime.netproxy.resolver import Resolver
+from agent_sandbox.runtime.netproxy.tcp import decide
+
+PUBLIC = "93.184.216.34"
+
+
+def _client_hello(name: str) -> bytes:
+    ctx = ssl.create_default_context()
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(incoming, outgoing, server_hostname=name)
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+def test_first_bytes_name_the_host() -> None:
+    hello = _client_hello("PyPI.org")
+    assert inspect(hello).name == "pypi.org" and inspect(hello).kind == "tls"
+    assert inspect(hello[:60]).kind == "partial"
+    assert inspect(b"GET / HTTP/1.1\r\nHost: Example.COM:8080\r\n\r\n").name == "example.com"
+    two = b"GET / HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n"
+    assert inspect(two).kind == "http" and inspect(two).name is None  # ambiguous: no name
+    assert inspect(b"GET / HTTP/1.1\r\nHost: a.te").kind == "partial"
+    assert inspect(b"SSH-2.0-OpenSSH\r\n").kind == "other"
+    assert inspect(b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n").name is None
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=600), st.integers(0, 600), st.booleans())
+def test_any_bytes_never_raise(data: bytes, cut: int, tls: bool) -> None:
+    inspect((b"\x16\x03\x01" if tls else b"") + data)
+    hello = bytearray(_HELLO)
+    if data:
+        hello[cut % len(hello)] = data[0]
+    inspect(bytes(hello[:cut + 5]))
+
+
+_HELLO = _client_hello("a.test")
+
+
+def test_stand_in_addresses_are_stable_and_distinct() -> None:
+    fake, other = FakeAddresses(), FakeAddresses()
+    a, b = fake.address_for("a.test"), fake.address_for("b.test")
+    assert a != b and is_fake(a) and not is_fake(PUBLIC)
+    assert fake.address_for("a.test") == a == other.address_for("a.test")
+    assert fake.name_of(a) == "a.test" and fake.name_of("198.18.0.9") is None
+
+
+def _resolver(policy: Any, **kw: Any) -> Resolver:
+    blocked = tuple(netns.blocked_networks()) if kw.pop("host", False) else ()
+    return Resolver(proxy_config.ProxyConfig(
+        policy=parse(policy), blocked=blocked,
+        hosts={"a.test": (PUBLIC,), "inner.test": ("10.1.2.3",), "local.test": ("127.0.0.2",)},
+        **kw))
+
+
+def _decide(resolver: Resolver, fake: FakeAddresses, address: str,
+            name: str | None = None) -> tuple[bool, str, tuple[str, ...]]:
+    d = asyncio.run(decide(resolver, fake, address, name))
+    return d.allowed, d.why, d.upstream
+
+
+def test_the_decision_table() -> None:
+    fake = FakeAddresses()
+    listed = _resolver(["a.test", "inner.test", "198.51.100.0/24"])
+    a = fake.address_for("a.test")
+    assert _decide(listed, fake, a) == (True, "", (PUBLIC,))
+    assert _decide(listed, fake, a, "a.test")[0]
+    allowed, why, _ = _decide(listed, fake, a, "evil.test")
+    assert not allowed and "may not ask for evil.test" in why  # no fronting
+    allowed, why, _ = _decide(listed, fake, fake.address_for("evil.test"))
+    assert not allowed and "not allowed by network policy allowlist" in why
+    assert not _decide(listed, fake, "198.18.0.200")[0]  # stands for no name
+    allowed, why, _ = _decide(listed, fake, fake.address_for("inner.test"))
+    assert not allowed and "does not resolve to an address a sandbox may reach" in why
+    allowed, why, _ = _decide(listed, fake, "10.0.0.1")
+    assert not allowed and "never reaches" in why
+    allowed, why, _ = _decide(listed, fake, PUBLIC)
+    assert not allowed and "by number" in why
+    assert _decide(listed, fake, "198.51.100.7") == (False, _decide(listed, fake,
+                                                                     "198.51.100.7")[1], ())
+    full = _resolver({"deny_out": ["bad.test"]})
+    assert _decide(full, fake, PUBLIC) == (True, "", (PUBLIC,))
+    assert not _decide(full, fake, PUBLIC, "bad.test")[0]
+    assert not _decide(full, fake, "169.254.169.254")[0]
+    assert not _decide(full, fake, "::ffff:10.0.0.1")[0]
+    opened = _resolver(["local.test"], open_ranges=(ipaddress.ip_network("127.0.0.2/32"),))
+    assert _decide(opened, fake, fake.address_for("local.test"))[2] == ("127.0.0.2",)
+    closed = _resolver(["local.test"])
+    assert not _decide(closed, fake, fake.address_for("local.test"))[0]
+
+
+def test_a_cidr_entry_reaches_public_addresses_in_it() -> None:
+    fake = FakeAddresses()
+    listed = _resolver(["93.184.216.0/24"])
+    assert _decide(listed, fake, PUBLIC) == (True, "", (PUBLIC,))
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def sendto(self, data: bytes, addr: Any) -> None:
+        self.sent.append(data)
+
+
+def _ask(server: DnsServer, wire: bytes) -> dns.message.Message | None:
+    transport = _Transport()
+    server.transport = transport  # type: ignore[assignment]
+
+    async def go() -> None:
+        server.datagram_received(wire, ("10.255.255.1", 5353))
+        await asyncio.sleep(0.05)
+
+    asyncio.run(go())
+    return dns.message.from_wire(transport.sent[0]) if transport.sent else None
+
+
+def test_dns_answers() -> None:
+    fake = FakeAddresses()
+    server = DnsServer(_resolver(["a.test"]), fake, Log())
+    reply = _ask(server, dns.message.make_query("a.test", "A").to_wire())
+    assert reply is not None and reply.rcode() == dns.rcode.NOERROR
+    assert [r.address for r in reply.answer[0]] == [fake.address_for("a.test")]
+    reply = _ask(server, dns.message.make_query("evil.test", "A", use_edns=0).to_wire())
+    assert reply is not None and reply.rcode() == dns.rcode.NXDOMAIN
+    ede = [o for o in reply.options if isinstance(o, dns.edns.EDEOption)]
+    assert ede and ede[0].code == dns.edns.EDECode.BLOCKED and "allowlist" in (ede[0].text or "")
+    reply = _ask(server, dns.message.make_query("a.test", "AAAA").to_wire())
+    assert reply is not None and reply.rcode() == dns.rcode.NOERROR and not reply.answer
+    for garbage in (b"", os.urandom(40), b"\x00" * 12, b"\xff" * 600):
+        reply = _ask(server, garbage)  # dropped, or refused: never an answer, never a raise
+        assert reply is None or (not reply.answer and reply.rcode() == dns.rcode.NOTIMP)
+
+
+def test_config_round_trip_and_refusals(tmp_path: Path) -> None:
+    path = tmp_path / "netproxy.json"
+    conf = proxy_config.ProxyConfig(policy=parse("registries"), hosts={"a.test": (PUBLIC,)})
+    proxy_config.write(path, conf)
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert proxy_config.load(fd) == conf
+        for bad in ('[1]', '{"hosts": {"a": "1.2.3.4"}}', '{"hosts": {"a": ["nope"]}}',
+                    '{"policy": {"mode": "sideways"}}'):
+            path.write_text(bad)
+            with pytest.raises(ValueError):
+                proxy_config.load(fd)
+    finally:
+        os.close(fd)
+
+
+def test_the_rules_follow_the_policy() -> None:
+    blocked = [ipaddress.ip_network("10.0.0.0/8")]
+    listed = netns.ruleset(1, 2, parse("a.test,198.51.100.0/24"), blocked, [])
+    assert "ip daddr { 198.18.0.0/15, 198.51.100.0/24 } meta l4proto tcp dnat" in listed
+    assert "udp dport 53 dnat ip to 10.255.255.1:2" in listed
+    full = netns.ruleset(1, 2, parse("full"), blocked, [ipaddress.ip_network("10.8.0.0/16")])
+    assert "\n        meta l4proto tcp dnat ip to 10.255.255.1:1" in full
+    assert "10.8.0.0/16 } accept" in full and "oifname" not in full
