@@ -22,7 +22,7 @@ from agent_sandbox.runtime.seccomp import seccomp_profile
 SPEC = BundleSpec(sandbox_id="sbx-abcdefghij", rootfs="/r", workspace="/w", run_dir="/run",
                   guest_dir="/g", python=["/py"], limits=Limits(memory_mb=256, cpu=0.5,
                                                                  pids=64, disk_mb=100),
-                  network=False, empty_file="/empty")
+                  empty_file="/empty")
 USER = UserHost(
     id_map=([{"containerID": 0, "hostID": 1000, "size": 1}],
             [{"containerID": 0, "hostID": 1000, "size": 1}]),
