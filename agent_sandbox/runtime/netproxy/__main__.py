@@ -16,7 +16,21 @@ from agent_sandbox.runtime.netproxy import dns_server
 from agent_sandbox.runtime.netproxy.fake import FakeAddresses
 from agent_sandbox.runtime.netproxy.log import Log
 from agent_sandbox.runtime.netproxy.resolver import Resolver
-from agent_sandbox.runtime.netproxy.tcp import CHUNK, TcpProxy
+from agent_sandbox.runtime.netproxy.tcp import CHUNK, MAX_RELAYS, TcpProxy
+
+
+def _harden() -> None:
+    """Not dumpable: another process of the same user (another sandbox's proxy) cannot
+    ptrace this one; and room for MAX_RELAYS connections' descriptors."""
+    import ctypes
+    import resource
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 4 * MAX_RELAYS if hard == resource.RLIM_INFINITY else min(hard, 4 * MAX_RELAYS)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), hard))
 
 
 def _drop_privileges(spec: str) -> None:
@@ -58,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.user:
             _drop_privileges(args.user)
+        _harden()  # after the drop: a uid change makes a process dumpable again
         asyncio.run(_serve(args, log))
     except (OSError, ValueError) as exc:
         log.info(f"cannot serve: {exc}")

@@ -8,10 +8,12 @@ import time
 
 _PER_WINDOW = 50
 _WINDOW = 10.0
+_MAX_TOTAL = 4 << 20  # bytes over the proxy's life; then one last line
 
 
 class Log:
     def __init__(self) -> None:
+        self._written = 0
         self._window = 0.0
         self._lines = 0
         self._dropped = 0
@@ -31,12 +33,17 @@ class Log:
     def info(self, message: str) -> None:
         self._write(message)
 
-    @staticmethod
-    def _write(text: str) -> None:
+    def _write(self, text: str) -> None:
+        if self._written > _MAX_TOTAL:
+            return
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
         printable = "".join(c if c.isprintable() else "?" for c in text)[:500]
+        line = f"{stamp} {printable}\n"
+        self._written += len(line)
+        if self._written > _MAX_TOTAL:
+            line = f"{stamp} log full: nothing more is logged\n"
         try:
-            sys.stderr.write(f"{stamp} {printable}\n")
+            sys.stderr.write(line)
             sys.stderr.flush()
         except OSError:
             pass

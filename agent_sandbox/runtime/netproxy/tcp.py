@@ -22,8 +22,11 @@ from agent_sandbox.runtime.netproxy.peek import MAX_PEEK, Hello, inspect
 from agent_sandbox.runtime.netproxy.resolver import Resolver
 
 SO_ORIGINAL_DST = 80
-MAX_RELAYS = 1024
-CHUNK = 256 * 1024
+# Per sandbox: the proxy is a host process outside the sandbox's cgroup, so what a
+# sandbox can make it hold is bounded here: at most MAX_RELAYS connections, each buffering
+# a few CHUNKs per direction (~100 MiB at worst).
+MAX_RELAYS = 256
+CHUNK = 64 * 1024
 FIRST_BYTES_WAIT = 1.0  # a client that says nothing first (SSH servers speak first...)
 HELLO_DEADLINE = 10.0
 CONNECT_TIMEOUT = 10.0
