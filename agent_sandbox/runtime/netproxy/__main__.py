@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import os
+import resource
 import signal
 import socket
 import sys
@@ -19,12 +21,18 @@ from agent_sandbox.runtime.netproxy.resolver import Resolver
 from agent_sandbox.runtime.netproxy.tcp import CHUNK, MAX_RELAYS, TcpProxy
 
 
+def _warm_up() -> None:
+    """Import now what is otherwise imported on first use: after the privilege drop the
+    interpreter's own files may be out of reach (a python under /root)."""
+    import encodings.idna  # noqa: F401 - names with non-ASCII labels
+
+    dns_server.warm_up()
+    asyncio.new_event_loop().close()
+
+
 def _harden() -> None:
     """Not dumpable: another process of the same user (another sandbox's proxy) cannot
     ptrace this one; and room for MAX_RELAYS connections' descriptors."""
-    import ctypes
-    import resource
-
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -71,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     log = Log()
     try:
         if args.user:
+            _warm_up()
             _drop_privileges(args.user)
         _harden()  # after the drop: a uid change makes a process dumpable again
         asyncio.run(_serve(args, log))

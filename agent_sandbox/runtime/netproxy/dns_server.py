@@ -101,6 +101,17 @@ class DnsServer(asyncio.DatagramProtocol):
         self._send(query, reply, addr)
 
 
+def warm_up() -> None:
+    """Build and encode every kind of reply once (dnspython imports rdata types lazily)."""
+    query = dns.message.make_query("warm.up", "A", use_edns=0)
+    reply = dns.message.make_response(query)
+    reply.use_edns(0, options=[dns.edns.EDEOption(dns.edns.EDECode.BLOCKED, "x")])
+    reply.answer.append(dns.rrset.from_text_list(query.question[0].name, 1, "IN", "A",
+                                                 ["198.18.0.1"]))
+    dns.message.from_wire(reply.to_wire())
+    dns.message.from_wire(dns.message.make_query("warm.up", "AAAA").to_wire())
+
+
 def serve(loop: asyncio.AbstractEventLoop, sock: socket.socket, resolver: Resolver,
           fake: FakeAddresses, log: Log) -> asyncio.Future:
     sock.setblocking(False)
