@@ -22,6 +22,10 @@ from agent_sandbox.runtime.guest_client import GuestClient
 MAX_CONNECTIONS = 256  # per sandbox, at once
 _CHUNK = 256 * 1024
 _CONNECT_TIMEOUT = 15.0  # for the guest to answer: a server that accepts, or an error
+# After the client has finished sending (most often: closed), how long the server inside
+# may stay silent before the connection is dropped: a keep-alive server would otherwise
+# hold the sandbox's connection slot for as long as it likes.
+HALF_CLOSED_IDLE = 30.0
 
 
 def check_port(port: object) -> int:
@@ -97,6 +101,7 @@ def _splice(client: socket.socket, conn: GuestConnection) -> None:
     except OSError:
         pass
     with contextlib.suppress(OSError):
+        conn.sock.settimeout(HALF_CLOSED_IDLE)
         conn.sock.shutdown(socket.SHUT_WR)
     back.join()
 

@@ -36,6 +36,7 @@ import test_hostile as h  # noqa: E402
 import test_hostile_host  # noqa: E402
 import test_hostile_kernels  # noqa: E402
 import test_hostile_network  # noqa: E402
+import test_hostile_ports  # noqa: E402
 import test_state_files  # noqa: E402
 import test_tmpfs_caps  # noqa: E402
 
@@ -153,8 +154,8 @@ EXTRA = {f.__name__: f for f in (rootless_canaries, rootless_runs_as_the_user,
 
 # Every module of in-sandbox attacks, run as the user (the kernel attacks skip if the
 # user's code-interpreter template is not built; test_rootless.py's run_code test builds it).
-HOSTILE = (h, test_hostile_host, test_hostile_kernels, test_hostile_network, test_state_files,
-           test_tmpfs_caps)
+HOSTILE = (h, test_hostile_host, test_hostile_kernels, test_hostile_network, test_hostile_ports,
+           test_state_files, test_tmpfs_caps)
 
 
 def _attack(name: str) -> Callable[..., None]:
