@@ -22,9 +22,10 @@ say() { printf '\033[1m==>\033[0m %s\n' "$*" >&2; }
 # host-side policy proxy; docs/network.md), the distro Python that the base template's
 # guest agent runs on, and newuidmap/newgidmap (uidmap) so that ordinary users' rootless
 # sandboxes get their /etc/subuid ranges.
-packages=(runc e2fsprogs util-linux iproute2 nftables openssl python3 python3-venv uidmap)
-# The test suite also builds templates from a static busybox and from OCI images.
-[ "$job" = test ] && packages+=(busybox-static umoci skopeo)
+packages=(runc e2fsprogs util-linux iproute2 nftables python3 python3-venv uidmap)
+# The test suite also builds templates from a static busybox and from OCI images, and
+# makes certificates for the network tests' stand-in HTTPS server.
+[ "$job" = test ] && packages+=(busybox-static umoci skopeo openssl)
 missing=()
 for pkg in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \

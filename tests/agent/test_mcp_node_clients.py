@@ -16,6 +16,8 @@ import httpx2 as httpx
 import pytest
 from _helpers import Uvicorn
 
+from agent_sandbox.agent.tools import ALL_TOOLS
+
 pytestmark = pytest.mark.integration
 HERE = Path(__file__).parent / "node"
 
@@ -68,7 +70,7 @@ def test_ten_inspector_runs_with_three_sessions(node_dir: Path, capped: Uvicorn)
             assert out["structuredContent"]["stdout"] == f"run{run}\n", out
         else:
             out = inspector(node_dir, url, "--method", "tools/list")
-            assert len(out["tools"]) == 13
+            assert len(out["tools"]) == len(ALL_TOOLS)
     health = httpx.get(capped.url + "/health").json()
     assert health["sessions"] <= 3 and health["sandboxes"] == 2
 
