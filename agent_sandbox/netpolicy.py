@@ -239,6 +239,15 @@ class NetworkPolicy(BaseModel):
             details={"ceiling": ceiling.model_dump(mode="json"), "beyond": beyond[:20]})
 
 
+def compact(policy: NetworkPolicy) -> bool | dict[str, Any]:
+    """The policy in its shortest spelling: False (off) or True (full) where that says it
+    all, else its fields as JSON. An engine or gateway from before policies takes the
+    first two; every ``parse`` takes all three."""
+    if not policy.deny_out and policy.mode in ("off", "full"):
+        return policy.mode == "full"
+    return policy.model_dump(mode="json")
+
+
 def _entries(value: object, field: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [v for v in value.split(",") if v.strip()]

@@ -39,6 +39,7 @@ from agent_sandbox.agent.toolkit import (
     sandbox_for,
 )
 from agent_sandbox.errors import InvalidArgumentError, WrongStateError
+from agent_sandbox.netpolicy import compact
 from agent_sandbox.sdk import AsyncSandbox
 from agent_sandbox.sdk.async_sandbox import AsyncCommandHandle
 
@@ -54,7 +55,7 @@ async def create_sandbox(ctx: CallContext, a: CreateSandboxArgs) -> ToolOutput:
         template=await default_template(ctx) if a.template is None else a.template,
         timeout=a.timeout,
         envs=a.envs,
-        network=a.network,
+        network=compact(a.network),
         persistent=persistent,
         memory_mb=a.memory_mb,
         cpu=a.cpu,

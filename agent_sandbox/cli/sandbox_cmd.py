@@ -48,6 +48,12 @@ def _policy(text: str, what: str = "--network") -> Any:
         raise CliError(f"{what}: {exc.message}") from None
 
 
+def _compact(text: str) -> Any:
+    from agent_sandbox.netpolicy import compact
+
+    return compact(_policy(text))
+
+
 NETWORK_HELP = ("Outbound network: off (loopback only), registries (pip/npm/apt registries), "
                 "a comma list of host names, *.wildcards and CIDRs, or full (any public "
                 "address; never the host or the LAN).")
@@ -80,7 +86,7 @@ def create(
 
     sb = Sandbox.create(template=template or default_template(), timeout=timeout,
                         envs=parse_pairs(env, "--env"), cpu=cpu, memory_mb=memory_mb,
-                        disk_mb=disk_mb, network=_policy(network), persistent=persistent,
+                        disk_mb=disk_mb, network=_compact(network), persistent=persistent,
                         metadata=parse_pairs(metadata, "--metadata"), volume=volume,
                         provider=provider())
     if want_json(json_out):

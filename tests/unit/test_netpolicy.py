@@ -220,3 +220,12 @@ def test_errors_never_echo_a_huge_value() -> None:
         with pytest.raises(InvalidArgumentError) as caught:
             parse(value)
         assert len(caught.value.message) < 600, value
+
+
+def test_compact_is_the_shortest_spelling_parse_reads_back() -> None:
+    from agent_sandbox.netpolicy import compact
+
+    assert compact(OFF) is False and compact(FULL) is True
+    for value in ("registries", {"deny_out": ["evil.com"]}, "pypi.org,10.0.0.0/8"):
+        policy = parse(value)
+        assert isinstance(compact(policy), dict) and parse(compact(policy)) == policy

@@ -66,12 +66,9 @@ def _stdin_fields(data: str | bytes | None, key: str = "stdin") -> dict[str, Any
 def _network_field(network: object) -> Any:
     """A policy as the gateway's JSON: checked here first (the SDK's own message, no round
     trip), and plain true/false where that says it all, which any gateway takes."""
-    from agent_sandbox.netpolicy import parse
+    from agent_sandbox.netpolicy import compact, parse
 
-    policy = parse(network)
-    if not policy.deny_out and policy.mode in ("off", "full"):
-        return policy.mode == "full"
-    return policy.model_dump(mode="json")
+    return compact(parse(network))
 
 
 def _user_field(user: str | None) -> dict[str, Any]:

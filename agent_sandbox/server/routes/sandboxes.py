@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from agent_sandbox.models import SandboxInfo
+from agent_sandbox.netpolicy import compact
 from agent_sandbox.server.auth import check_network, check_volume
 from agent_sandbox.server.routes._deps import Caller, SandboxId, State
 from agent_sandbox.server.schemas import (
@@ -25,8 +26,9 @@ router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
 def create_sandbox(body: CreateSandbox, state: State, who: Caller) -> SandboxInfo:
     engine = state.provider
     options = body.model_dump()
-    options["network"] = policy_of(body.network)
-    check_network(state, who, options["network"])
+    policy = policy_of(body.network)
+    check_network(state, who, policy)
+    options["network"] = compact(policy)
     if body.volume is not None:
         check_volume(state, who, body.volume)
 
