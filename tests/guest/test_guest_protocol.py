@@ -399,7 +399,8 @@ def test_malformed_frames_do_not_crash(client: GuestClient) -> None:
             pass
         sock.close()
         assert client.ping()["version"] == 1
-    known = ("exec, exists, freeze, kill, list, mkdir, output, ping, ps, pty_attach, pty_create,"
+    known = ("exec, exists, freeze, kill, list, mkdir, output, ping, port_connect, ps, pty_attach,"
+             " pty_create,"
              " pty_kill, pty_list, read, remove, rename, stat, stdin, tar_in, tar_out, thaw,"
              " wait, watch, write")
     with pytest.raises(InvalidArgumentError, match=f"unknown op 'frobnicate'; known ops: {known}$"):

@@ -146,9 +146,9 @@ class RemoteProvider:
     def set_timeout(self, sandbox_id: str, timeout: float) -> None:
         self._call("PUT", self._sb(sandbox_id, "/timeout"), json={"timeout": timeout})
 
-    def set_network(self, sandbox_id: str, policy: object) -> None:
+    def set_network(self, sandbox_id: str, network: object) -> None:
         self._call("PUT", self._sb(sandbox_id, "/network"),
-                   json={"network": _network_field(policy)})
+                   json={"network": _network_field(network)})
 
     def expose_port(self, sandbox_id: str, port: int) -> str:
         from agent_sandbox.runtime.port_forward import check_port

@@ -38,7 +38,8 @@ def _http() -> httpx.AsyncClient:
     global _client
     if _client is None:  # one pool for every forwarded request of this process
         _client = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=15.0),
-                                    limits=httpx.Limits(max_connections=512),
+                                    limits=httpx.Limits(max_connections=None,
+                                                        max_keepalive_connections=64),
                                     follow_redirects=False, trust_env=False)
     return _client
 
