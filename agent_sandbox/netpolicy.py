@@ -18,6 +18,7 @@ name (``"registries"``); a comma-separated or list of entries (an allowlist); a 
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping
@@ -60,7 +61,10 @@ def _name(text: str) -> str | None:
     return name
 
 
+@functools.lru_cache(maxsize=4096)
 def _cidr(text: str) -> Network | None:
+    # Cached: a policy's entries are classified on every decision the proxy makes, and a
+    # failed ip_network() (every name) costs an exception: 4 ms for 200 entries uncached.
     try:
         return ipaddress.ip_network(text.strip(), strict=False)
     except ValueError:

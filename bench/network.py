@@ -166,6 +166,7 @@ def main() -> None:
     if args.json:
         print(json.dumps({"mode": mode, "mb": args.mb, "figures": figures}, indent=2))
         return
+    route = "explicit proxy" if mode == "proxy" else "transparent: stand-in addresses"
     rows = []
     for label, f in figures.items():
         policy_row = label.startswith("allowlist")
@@ -178,8 +179,7 @@ def main() -> None:
             f"<= +{DOWNLOAD_TARGET * 100:g}%" if policy_row else ""])
     print(table(["network", "connect+GET p50", "added vs full", "target",
                  f"{args.mb} MB p50", "rate", "added vs full", "target"], rows,
-                title=f"network policy cost ({mode} proxy; n={args.n}, "
-                      f"{args.downloads} downloads)"))
+                title=f"network policy cost ({route}; n={args.n}, {args.downloads} downloads)"))
 
 
 if __name__ == "__main__":
