@@ -14,6 +14,7 @@ import select
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from agent_sandbox.errors import InvalidArgumentError, RuntimeUnavailableError
@@ -101,9 +102,15 @@ def is_proxy(pid: int) -> bool:
 
 
 def stop(pid: int) -> None:
-    if is_proxy(pid):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+    """Kill the proxy and wait (a second at most) until it is gone, so its sockets are
+    closed and what the sandbox does next is refused at once."""
+    if not is_proxy(pid):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 1.0
+    while is_proxy(pid) and time.monotonic() < deadline:  # a zombie has no cmdline
+        time.sleep(0.005)
 
 
 def _open_log(path: Path) -> int:

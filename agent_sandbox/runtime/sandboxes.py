@@ -5,6 +5,7 @@ holds the sandbox's lock (this process's threads and other processes alike)."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import threading
@@ -13,7 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from agent_sandbox.errors import NotFoundError, WrongStateError
+from agent_sandbox.errors import NotFoundError, SandboxError, WrongStateError
 from agent_sandbox.models import SandboxInfo, VolumeInfo
 from agent_sandbox.netpolicy import NetworkPolicy
 from agent_sandbox.runtime import supervisor, validate
@@ -190,11 +191,20 @@ class Sandboxes:
         """Store the policy and, if the container runs (or is frozen), apply it now;
         a stopped container gets it when it next boots."""
         with self.lock(sandbox_id):
-            self.row(sandbox_id)
+            old = self.row(sandbox_id).network
             self.store.update_sandbox(sandbox_id, network=policy)
             state = self.runc.state(sandbox_id)
-            if state and state["status"] in ("running", "paused"):
+            if not state or state["status"] not in ("running", "paused"):
+                return
+            try:
                 self.booter.start_network(self.row(sandbox_id))
+            except BaseException:
+                # The old policy back (and, if it can be, its network): never a sandbox
+                # whose stored policy is not the one it has.
+                self.store.update_sandbox(sandbox_id, network=old)
+                with contextlib.suppress(SandboxError):
+                    self.booter.start_network(self.row(sandbox_id))
+                raise
 
     def reset_rootfs(self, sandbox_id: str) -> None:
         """Wipe the system layer (every change outside /workspace); same id, same volume."""
