@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from agent_sandbox.errors import RuntimeUnavailableError
+from agent_sandbox.netpolicy import NetworkPolicy
 from agent_sandbox.runtime.store import (
     SCHEMA_VERSION,
     SandboxRow,
@@ -99,7 +100,8 @@ def test_a_version_0_database_is_upgraded_with_every_row(tmp_path: Path) -> None
         assert row == SandboxRow(
             id=sid, template="base", state=SandboxState(state), created_at=row.created_at,
             last_used=row.last_used, timeout=300.0, persistent=bool(persistent),
-            network=bool(network), volume_id=f"vol-{sid[4:]}", envs=envs, metadata=meta,
+            network=NetworkPolicy(mode="full" if network else "off"),  # 0/1 before policies
+            volume_id=f"vol-{sid[4:]}", envs=envs, metadata=meta,
             limits=LIMITS, layers=LAYERS, owner=owner, helper_pid=helper)
     assert sorted(store.list_volumes(), key=lambda v: v.id) == \
         sorted((VolumeRow(*v) for v in OLD_VOLUMES), key=lambda v: v.id)
@@ -111,7 +113,7 @@ def test_a_version_0_database_is_upgraded_with_every_row(tmp_path: Path) -> None
 def test_states_are_the_strings_the_database_always_held(tmp_path: Path) -> None:
     store = Store(tmp_path / "state.db")
     store.insert_sandbox(SandboxRow("sbx-a", "base", SandboxState.CREATING, 1.0, 1.0, 5.0,
-                                    False, False, "vol-a"))
+                                    False, NetworkPolicy(), "vol-a"))
     store.update_sandbox("sbx-a", state=SandboxState.KILLING_VOLUME)
     db = sqlite3.connect(tmp_path / "state.db")
     assert db.execute("SELECT state FROM sandboxes").fetchone()[0] == "killing-volume"

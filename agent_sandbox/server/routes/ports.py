@@ -49,10 +49,11 @@ async def _forwarded(state: State, sandbox_id: str, port: int) -> str:
     return await anyio.to_thread.run_sync(state.provider.expose_port, sandbox_id, port)
 
 
-@router.api_route("/{port}/{path:path}", methods=_METHODS, include_in_schema=True)
+@router.api_route("/{port}/{path:path}", methods=_METHODS, include_in_schema=False)
 async def forward_http(sandbox_id: SandboxId, port: int, path: str, request: Request,
                        state: State) -> StreamingResponse:
-    """Any HTTP request, to ``port`` inside the sandbox, as ``/{path}``."""
+    """Any HTTP request, to ``port`` inside the sandbox, as ``/{path}``. Not in the
+    OpenAPI document: what answers is the sandbox's server, not this API."""
     base = await _forwarded(state, sandbox_id, port)
     headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP]
     headers.append(("x-forwarded-prefix", f"/v1/sandboxes/{sandbox_id}/ports/{port}"))
