@@ -87,5 +87,6 @@ def create_app(engine: Provider | None = None, keys: KeyStore | None = None,
     errors.install(app)
     for module in (sandboxes, commands, code, files, dirs, watch, misc, pty, ports):
         app.include_router(module.router)
+    app.include_router(ports.tcp_router)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     return app

@@ -5,6 +5,7 @@ credentials never reach the sandbox."""
 from __future__ import annotations
 
 import concurrent.futures
+import socket
 from collections.abc import Iterator
 
 import pytest
@@ -66,4 +67,29 @@ def test_websockets_behind_the_key(gw: Gateway, served: Sandbox) -> None:
         assert ws.recv(timeout=10) == "ping"
     with pytest.raises(Exception, match="4401|401|rejected"), \
             ws_client.connect(url, open_timeout=10) as ws:  # noqa: PT011
+        ws.recv(timeout=5)
+
+
+def test_plain_tcp_through_the_gateway(gw: Gateway, served: Sandbox) -> None:
+    from agent_sandbox.cli.port_tunnel import tunnel
+
+    listener = tunnel(gw.provider("a"), served.sandbox_id, 9001)
+    try:
+        with socket.create_connection(listener.getsockname(), timeout=10) as s:
+            payload = bytes(range(256)) * 1024
+            s.sendall(payload)
+            s.shutdown(socket.SHUT_WR)
+            got = b""
+            while chunk := s.recv(65536):
+                got += chunk
+        assert got == payload
+    finally:
+        listener.close()
+    url = f"{gw.url.replace('http://', 'ws://')}/v1/sandboxes/{served.sandbox_id}/tcp/9001"
+    with pytest.raises(Exception, match="4401|401|rejected"), \
+            ws_client.connect(url, open_timeout=10) as ws:  # noqa: PT011
+        ws.recv(timeout=5)
+    with pytest.raises(Exception, match="4404|404|rejected"), \
+            ws_client.connect(url, open_timeout=10, additional_headers={  # noqa: PT011
+                "Authorization": f"Bearer {gw.tokens['b']}"}) as ws:
         ws.recv(timeout=5)

@@ -87,6 +87,29 @@ def open_remote_pty(http: Transport, path: str, first: dict[str, Any],
                     on_data: DataCallback | None,
                     kill: Callable[[int, int], bool]) -> RemotePty:
     """Open the WebSocket at ``path``, ask for ``first`` and return the attachment."""
+    from websockets.exceptions import WebSocketException
+
+    ws, sock = connect_websocket(http, path, "a terminal")
+    try:
+        ws.send(json.dumps(first))
+        event = _event(ws.recv(timeout=START_TIMEOUT))
+        _raise_error(event)
+        pid = event.get("pid")
+        if isinstance(pid, bool) or not isinstance(pid, int):
+            raise SandboxError(f"the gateway sent an invalid terminal pid: {pid!r}")
+    except (WebSocketException, OSError) as exc:
+        ws.close()
+        raise SandboxError(f"the terminal connection to {http.where} broke: {exc!r}") from exc
+    except BaseException:
+        ws.close()
+        raise
+    sock.settimeout(None)  # an idle terminal is no dead gateway (pings tell those apart)
+    return RemotePty(ws, pid, on_data, kill, http.where)
+
+
+def connect_websocket(http: Transport, path: str, what: str) -> tuple[Any, socket.socket]:
+    """A WebSocket to the gateway's ``path`` with the provider's credentials; a refusal
+    raises the gateway's error (401, 404...) as the SDK's own."""
     client = _websockets()
     from websockets.exceptions import InvalidStatus, WebSocketException
 
@@ -107,22 +130,8 @@ def open_remote_pty(http: Transport, path: str, first: dict[str, Any],
                            response.headers.get("Retry-After")) from None
     except (WebSocketException, OSError) as exc:
         sock.close()
-        raise SandboxError(f"cannot open a terminal through {http.where}: {exc!r}") from exc
-    try:
-        ws.send(json.dumps(first))
-        event = _event(ws.recv(timeout=START_TIMEOUT))
-        _raise_error(event)
-        pid = event.get("pid")
-        if isinstance(pid, bool) or not isinstance(pid, int):
-            raise SandboxError(f"the gateway sent an invalid terminal pid: {pid!r}")
-    except (WebSocketException, OSError) as exc:
-        ws.close()
-        raise SandboxError(f"the terminal connection to {http.where} broke: {exc!r}") from exc
-    except BaseException:
-        ws.close()
-        raise
-    sock.settimeout(None)  # an idle terminal is no dead gateway (pings tell those apart)
-    return RemotePty(ws, pid, on_data, kill, http.where)
+        raise SandboxError(f"cannot open {what} through {http.where}: {exc!r}") from exc
+    return ws, sock
 
 
 class RemotePty(PtySession):

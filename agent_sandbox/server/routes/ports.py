@@ -27,6 +27,7 @@ from agent_sandbox.server.errors import sandbox_error_response
 from agent_sandbox.server.routes._deps import SandboxId, State
 
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}/ports", tags=["ports"])
+tcp_router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}/tcp", tags=["ports"])
 _HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
         "trailer", "transfer-encoding", "upgrade", "host", "authorization", "cookie",
         "content-length"}
@@ -95,6 +96,54 @@ async def forward_websocket(websocket: WebSocket, sandbox_id: str, port: int,
             await websocket.close(code=1011, reason=f"nothing answered on port {port}")
 
 
+@tcp_router.websocket("/{port}")
+async def forward_tcp(websocket: WebSocket, sandbox_id: str, port: int) -> None:
+    """Plain TCP to ``port`` inside the sandbox, as binary WebSocket messages both ways
+    (``abx sandbox port`` through a gateway)."""
+    state = websocket.app.state.gateway
+    try:
+        who = principal(websocket)  # type: ignore[arg-type]
+        check_sandbox(state, who, sandbox_id)
+        host, _, number = (await _forwarded(state, sandbox_id, port))[7:].partition(":")
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(number)), 15)
+    except SandboxError as exc:
+        await websocket.close(code=4000 + exc.http_status % 1000, reason=exc.message[:120])
+        return
+    except (OSError, TimeoutError):
+        await websocket.close(code=1011, reason=f"nothing answered on port {port}")
+        return
+    await websocket.accept()
+
+    async def inward() -> None:
+        """Until the client goes; an empty message is its EOF (TCP's half-close)."""
+        with contextlib.suppress(WebSocketDisconnect, OSError):
+            while True:
+                message = await websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    return
+                data = message.get("bytes") or (message.get("text") or "").encode()
+                if data:
+                    writer.write(data)
+                    await writer.drain()
+                elif writer.can_write_eof():
+                    writer.write_eof()
+
+    async def outward() -> None:
+        with contextlib.suppress(OSError, RuntimeError, WebSocketDisconnect):
+            while data := await reader.read(64 * 1024):
+                await websocket.send_bytes(data)
+
+    tasks = [asyncio.ensure_future(inward()), asyncio.ensure_future(outward())]
+    try:  # over when the server inside is done, or the client went away
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        writer.close()
+        with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+            await websocket.close()
+
+
 async def _relay(outer: WebSocket, inner: websockets.ClientConnection) -> None:
     async def inward() -> None:
         with contextlib.suppress(WebSocketDisconnect):
@@ -118,7 +167,7 @@ async def _relay(outer: WebSocket, inner: websockets.ClientConnection) -> None:
     finally:
         for task in tasks:
             task.cancel()
-        with contextlib.suppress(RuntimeError):
+        with contextlib.suppress(RuntimeError, WebSocketDisconnect):
             await outer.close()
 
 
