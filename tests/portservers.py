@@ -3,6 +3,7 @@ echo, and a WebSocket echo (the host's `websockets` package, copied in)."""
 
 from __future__ import annotations
 
+import socket
 import time
 import urllib.request
 from pathlib import Path
@@ -53,6 +54,19 @@ def start(sb: Any) -> None:
     while sb.commands.run(probe).exit_code != 0:
         assert time.monotonic() < deadline, "the servers inside did not start"
         time.sleep(0.1)
+
+
+def echoes(address: tuple[str, int], size: int) -> bool:
+    """Send ``size`` bytes to the echo server at ``address``, end sending, and check that
+    exactly they come back (half-close carried through)."""
+    payload = bytes(range(256)) * (size // 256)
+    with socket.create_connection(address, timeout=10) as s:
+        s.sendall(payload)
+        s.shutdown(socket.SHUT_WR)
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+    return got == payload
 
 
 def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:

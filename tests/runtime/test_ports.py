@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 import websockets.sync.client as ws_client
-from portservers import get, start
+from portservers import echoes, get, start
 
 from agent_sandbox import Sandbox
 from agent_sandbox.errors import InvalidArgumentError, NotFoundError
@@ -39,14 +39,7 @@ def test_http_inside_reached_from_the_host(served: Sandbox) -> None:
 
 def test_raw_tcp_and_websockets(served: Sandbox) -> None:
     host, port = served.get_host(9001).split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as s:
-        payload = bytes(range(256)) * 4096  # 1 MiB, both ways
-        s.sendall(payload)
-        s.shutdown(socket.SHUT_WR)
-        got = b""
-        while chunk := s.recv(65536):
-            got += chunk
-    assert got == payload
+    assert echoes((host, int(port)), 1 << 20)  # 1 MiB, both ways
     with ws_client.connect(f"ws://{served.get_host(9002)}/chat", open_timeout=10) as ws:
         ws.send("ping")
         assert ws.recv(timeout=10) == "ping"

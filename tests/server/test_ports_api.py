@@ -5,13 +5,12 @@ credentials never reach the sandbox."""
 from __future__ import annotations
 
 import concurrent.futures
-import socket
 from collections.abc import Iterator
 
 import pytest
 import websockets.sync.client as ws_client
 from _gw import Gateway
-from portservers import get, start
+from portservers import echoes, get, start
 
 from agent_sandbox import Sandbox
 
@@ -75,14 +74,7 @@ def test_plain_tcp_through_the_gateway(gw: Gateway, served: Sandbox) -> None:
 
     listener = tunnel(gw.provider("a"), served.sandbox_id, 9001)
     try:
-        with socket.create_connection(listener.getsockname(), timeout=10) as s:
-            payload = bytes(range(256)) * 1024
-            s.sendall(payload)
-            s.shutdown(socket.SHUT_WR)
-            got = b""
-            while chunk := s.recv(65536):
-                got += chunk
-        assert got == payload
+        assert echoes(listener.getsockname(), 256 << 10)
     finally:
         listener.close()
     url = f"{gw.url.replace('http://', 'ws://')}/v1/sandboxes/{served.sandbox_id}/tcp/9001"
