@@ -12,11 +12,14 @@ from dataclasses import dataclass
 MAX_PEEK = 16 * 1024 + 5  # one TLS record (a ClientHello fits one) or an HTTP head
 _HTTP_METHOD = re.compile(rb"^[A-Z]{3,12} \S{1,8192} HTTP/1\.[01]\r?\n")
 _HOST_CHARS = re.compile(r"^[A-Za-z0-9.-]{1,253}$")
+_SPACED_NAME = re.compile(rb"^[!-9;-~]+[ \t]+:")  # "Host : x": read differently by servers
 
 
 @dataclass(frozen=True)
 class Hello:
-    kind: str  # "tls", "http", "other" or "partial" (more bytes needed)
+    # "tls", "http", "other", "partial" (more bytes needed) or "incomplete" (partial, and
+    # no more came in time: tcp.read_hello)
+    kind: str
     name: str | None = None
 
 
@@ -65,17 +68,37 @@ def _host(raw: bytes) -> str | None:
 
 
 def _http(data: bytes) -> Hello:
+    """An HTTP request head names its host only if it can be read one way: CRLF line ends
+    throughout (a server that takes bare LF would read other headers than we did), one
+    Host header, no folded or space-before-colon header lines, and an absolute-form target
+    for the same host. Anything else is an HTTP request with no name (refused)."""
     head_end = data.find(b"\r\n\r\n")
     if head_end < 0:
+        if b"\n\n" in data or b"\n\r\n" in data:  # a head that ends with bare LF
+            return Hello("http")
         return Hello("partial" if len(data) < MAX_PEEK else "http")
-    hosts = [line[5:].strip() for line in data[:head_end].split(b"\r\n")[1:]
-             if line[:5].lower() == b"host:"]
+    head = data[:head_end]
+    if head.count(b"\n") != head.count(b"\r\n"):
+        return Hello("http")
+    lines = head.split(b"\r\n")
+    if any(line[:1] in (b" ", b"\t") or _SPACED_NAME.match(line) for line in lines[1:]):
+        return Hello("http")
+    hosts = [line[5:].strip() for line in lines[1:] if line[:5].lower() == b"host:"]
     if len(hosts) != 1:  # none, or two that could be read differently upstream
         return Hello("http")
-    host = hosts[0]
+    host = _host(_strip_port(hosts[0]))
+    target = lines[0].split(b" ")[1]
+    if target[:7].lower() == b"http://" or target[:8].lower() == b"https://":
+        authority = target.split(b"//", 1)[1].split(b"/", 1)[0].split(b"?", 1)[0]
+        if _host(_strip_port(authority)) != host:  # servers prefer the target's host
+            return Hello("http")
+    return Hello("http", host)
+
+
+def _strip_port(host: bytes) -> bytes:
     if host.startswith(b"["):
-        return Hello("http")
-    return Hello("http", _host(host.rsplit(b":", 1)[0] if b":" in host else host))
+        return b""  # an IPv6 literal: the sandbox is IPv4-only
+    return host.rsplit(b":", 1)[0] if b":" in host else host
 
 
 def inspect(data: bytes) -> Hello:

@@ -70,6 +70,10 @@ async def decide(resolver: Resolver, fake: FakeAddresses, address: str,
         if name is not None and name != target:
             return Decision(False, f"a connection to {target} may not ask for {name}")
         return await decide_name(resolver, target)
+    if name is not None and is_address(name):  # "Host: 93.184.216.34"
+        if name != address:
+            return Decision(False, f"a connection to {address} may not ask for {name}")
+        name = None
     if name is not None and _denied_by_name(policy, name):
         return Decision(False, f"{name} is denied by network policy {policy.describe()}")
     if resolver.config.is_blocked(address):
@@ -107,7 +111,9 @@ class TcpProxy:
                 return await explicit.handle(self, reader, writer)
             return reset(writer)
         first, hello = await read_hello(reader)
-        decision = await decide(self.resolver, self.fake, address, hello.name)
+        unnamed = unreadable(hello)
+        decision = (Decision(False, unnamed) if unnamed else
+                    await decide(self.resolver, self.fake, address, hello.name))
         if not decision.allowed:
             return self.refuse(writer, hello, f"{hello.name or address}:{port}", decision.why)
         await self.relay(reader, writer, decision.upstream, port, first)
@@ -143,9 +149,22 @@ class TcpProxy:
                 w.close()
 
 
+def unreadable(hello: Hello) -> str:
+    """Why the first bytes are refused before any policy is asked ("": they are not): an
+    HTTP request whose host cannot be read one way, or first bytes that never finished
+    (what the proxy did not see could name another host)."""
+    if hello.kind == "http" and hello.name is None:
+        return ("the HTTP request does not name its host one way (one Host header, CRLF "
+                "line ends, an absolute-form target only for that host)")
+    if hello.kind == "incomplete":
+        return "its first bytes (a TLS ClientHello or an HTTP head) did not finish in time"
+    return ""
+
+
 async def read_hello(reader: asyncio.StreamReader) -> tuple[bytes, Hello]:
     """The first bytes (bounded) and what they say; a client silent for a moment is
-    taken to wait for the server (no name)."""
+    taken to wait for the server (no name); one that starts a ClientHello or an HTTP head
+    and does not finish it is "incomplete"."""
     data = b""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + HELLO_DEADLINE
@@ -158,9 +177,9 @@ async def read_hello(reader: asyncio.StreamReader) -> tuple[bytes, Hello]:
             chunk = await asyncio.wait_for(reader.read(MAX_PEEK - len(data)),
                                            min(wait, max(0.0, deadline - loop.time())))
         except TimeoutError:
-            return data, Hello("other")
+            return data, Hello("incomplete" if data else "other")
         if not chunk:
-            return data, Hello("other")
+            return data, Hello("incomplete" if data else "other")
         data += chunk
         wait = HELLO_DEADLINE
 
