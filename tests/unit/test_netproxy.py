@@ -20,12 +20,12 @@ from hypothesis import strategies as st
 from agent_sandbox.netpolicy import parse
 from agent_sandbox.runtime import netns
 from agent_sandbox.runtime.netproxy import config as proxy_config
+from agent_sandbox.runtime.netproxy.decide import decide
 from agent_sandbox.runtime.netproxy.dns_server import DnsServer
 from agent_sandbox.runtime.netproxy.fake import FakeAddresses, is_fake
 from agent_sandbox.runtime.netproxy.log import Log
 from agent_sandbox.runtime.netproxy.peek import inspect
 from agent_sandbox.runtime.netproxy.resolver import Resolver
-from agent_sandbox.runtime.netproxy.tcp import decide
 
 PUBLIC = "93.184.216.34"
 

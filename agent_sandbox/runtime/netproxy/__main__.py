@@ -18,7 +18,7 @@ from agent_sandbox.runtime.netproxy import dns_server
 from agent_sandbox.runtime.netproxy.fake import FakeAddresses
 from agent_sandbox.runtime.netproxy.log import Log
 from agent_sandbox.runtime.netproxy.resolver import Resolver
-from agent_sandbox.runtime.netproxy.tcp import CHUNK, MAX_RELAYS, TcpProxy
+from agent_sandbox.runtime.netproxy.tcp import MAX_RELAYS, TcpProxy
 
 
 def _warm_up() -> None:
@@ -54,18 +54,19 @@ async def _serve(args: argparse.Namespace, log: Log) -> None:
     resolver = Resolver(proxy_config.load(args.config_fd))
     fake = FakeAddresses()
     proxy = TcpProxy(resolver, fake, log)
-    listener = socket.socket(fileno=args.tcp_fd)
-    listener.setblocking(False)
-    server = await asyncio.start_server(proxy.handle, sock=listener, limit=CHUNK,
-                                        backlog=1024)
+    accepting = loop.create_task(proxy.serve(socket.socket(fileno=args.tcp_fd)))
     await dns_server.serve(loop, socket.socket(fileno=args.udp_fd), resolver, fake, log)
     stop = loop.create_future()
     loop.add_signal_handler(signal.SIGTERM, lambda: stop.done() or stop.set_result(None))
     os.write(args.ready_fd, b"1")
     os.close(args.ready_fd)
     log.info(f"serving, policy {resolver.config.policy.describe()}")
-    async with server:
-        await stop
+    # The accept loop only ends on a bug: then the process ends too (its sockets close and
+    # the sandbox's connections are refused at once) rather than serve DNS alone.
+    await asyncio.wait([stop, accepting], return_when=asyncio.FIRST_COMPLETED)
+    if accepting.done() and not accepting.cancelled() and accepting.exception():
+        raise OSError(f"the accept loop failed: {accepting.exception()!r}")
+    accepting.cancel()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,42 +1,31 @@
-"""Every TCP connection nft sends here: find where it was going (SO_ORIGINAL_DST: a name's
-FAKE_RANGE address, or an address of the allowlist's CIDRs / of anywhere for ``full``)
-and which name its first bytes ask for (SNI / Host), decide by the policy, then connect
-to the real address and relay, or refuse at once (HTTP 403 naming the policy, else a
-reset). A name's address used with another SNI/Host is refused: no domain fronting."""
+"""Every TCP connection nft sends here: read its first bytes (bounded), decide
+(decide.py), then connect to the real address and relay (relay.py), or refuse at once
+(HTTP 403 naming the policy, else a reset). Connections to 10.255.255.1:3128 are the
+explicit proxy (explicit.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ipaddress
 import socket
 import struct
-from dataclasses import dataclass
 
-from agent_sandbox.netpolicy import NetworkPolicy
 from agent_sandbox.runtime.netproxy import explicit
 from agent_sandbox.runtime.netproxy.config import GATEWAY, PROXY_PORT
-from agent_sandbox.runtime.netproxy.fake import FakeAddresses, is_fake
+from agent_sandbox.runtime.netproxy.decide import Decision, decide, unreadable
+from agent_sandbox.runtime.netproxy.fake import FakeAddresses
 from agent_sandbox.runtime.netproxy.log import Log
 from agent_sandbox.runtime.netproxy.peek import MAX_PEEK, Hello, inspect
+from agent_sandbox.runtime.netproxy.relay import relay, reset, send_and_close
 from agent_sandbox.runtime.netproxy.resolver import Resolver
 
 SO_ORIGINAL_DST = 80
 # Per sandbox: the proxy is a host process outside the sandbox's cgroup, so what a
-# sandbox can make it hold is bounded here: at most MAX_RELAYS connections, each buffering
-# a few CHUNKs per direction (~100 MiB at worst).
+# sandbox can make it hold is bounded here: at most MAX_RELAYS connections, each with one
+# relay.CHUNK buffer per direction (32 MiB at worst).
 MAX_RELAYS = 256
-CHUNK = 64 * 1024
 FIRST_BYTES_WAIT = 1.0  # a client that says nothing first (SSH servers speak first...)
 HELLO_DEADLINE = 10.0
 CONNECT_TIMEOUT = 10.0
-
-
-@dataclass(frozen=True)
-class Decision:
-    allowed: bool
-    why: str = ""
-    upstream: tuple[str, ...] = ()  # the real addresses to connect to, in order
 
 
 def original_destination(sock: socket.socket) -> tuple[str, int]:
@@ -45,136 +34,101 @@ def original_destination(sock: socket.socket) -> tuple[str, int]:
     return socket.inet_ntoa(packed), port
 
 
-def _denied_by_name(policy: NetworkPolicy, name: str) -> bool:
-    return not NetworkPolicy(mode="full", deny_out=policy.deny_out).allows_name(name)
-
-
-async def decide_name(resolver: Resolver, name: str) -> Decision:
-    policy = resolver.config.policy
-    if not policy.allows_name(name):
-        return Decision(False, f"{name} is not allowed by network policy {policy.describe()}")
-    found = await resolver.addresses(name)
-    if not found:
-        return Decision(False, f"{name} does not resolve to an address a sandbox may reach")
-    return Decision(True, upstream=found)
-
-
-async def decide(resolver: Resolver, fake: FakeAddresses, address: str,
-                 name: str | None) -> Decision:
-    """May the sandbox reach ``address`` (for ``name``, if its first bytes named one)?"""
-    policy = resolver.config.policy
-    if is_fake(address):
-        target = fake.name_of(address)
-        if target is None:
-            return Decision(False, f"{address} stands for no name any more (look it up again)")
-        if name is not None and name != target:
-            return Decision(False, f"a connection to {target} may not ask for {name}")
-        return await decide_name(resolver, target)
-    if name is not None and is_address(name):  # "Host: 93.184.216.34"
-        if name != address:
-            return Decision(False, f"a connection to {address} may not ask for {name}")
-        name = None
-    if name is not None and _denied_by_name(policy, name):
-        return Decision(False, f"{name} is denied by network policy {policy.describe()}")
-    if resolver.config.is_blocked(address):
-        return Decision(False, f"{address} is the host, a private or a link-local address, "
-                               "which a sandbox never reaches")
-    if policy.allows_address(address):
-        return Decision(True, upstream=(address,))
-    return Decision(False, f"{address} was reached by number, not by an allowed name "
-                           f"(network policy {policy.describe()})")
-
-
 class TcpProxy:
     def __init__(self, resolver: Resolver, fake: FakeAddresses, log: Log) -> None:
         self.resolver = resolver
         self.fake = fake
         self.log = log
-        self._handling = 0
+        self._handling: set[asyncio.Task] = set()
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._handling += 1
+    async def serve(self, listener: socket.socket) -> None:
+        """Accept for ever; each connection is handled in its own task."""
+        loop = asyncio.get_running_loop()
+        listener.setblocking(False)
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(listener)
+            except OSError as exc:  # EMFILE and the like: say so, breathe, go on
+                self.log.info(f"accept failed: {exc}")
+                await asyncio.sleep(0.1)
+                continue
+            conn.setblocking(False)
+            if len(self._handling) >= MAX_RELAYS:
+                self.log.denied(f"over {MAX_RELAYS} connections at once: refused")
+                reset(conn)
+                continue
+            task = loop.create_task(self.handle(conn))
+            self._handling.add(task)
+            task.add_done_callback(self._handling.discard)
+
+    async def handle(self, conn: socket.socket) -> None:
         try:
-            await self._handle(reader, writer)
+            await self._handle(conn)
         except Exception:  # noqa: BLE001 - one hostile connection never stops the proxy
-            reset(writer)
-        finally:
-            self._handling -= 1
+            reset(conn)
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._handling > MAX_RELAYS:
-            self.log.denied(f"over {MAX_RELAYS} connections at once: refused")
-            return reset(writer)
-        address, port = original_destination(writer.get_extra_info("socket"))
+    async def _handle(self, conn: socket.socket) -> None:
+        address, port = original_destination(conn)
         if address == GATEWAY:
             if port == PROXY_PORT:
-                return await explicit.handle(self, reader, writer)
-            return reset(writer)
-        first, hello = await read_hello(reader)
+                return await explicit.handle(self, conn)
+            return reset(conn)
+        first, hello = await read_hello(conn)
         unnamed = unreadable(hello)
         decision = (Decision(False, unnamed) if unnamed else
                     await decide(self.resolver, self.fake, address, hello.name))
         if not decision.allowed:
-            return self.refuse(writer, hello, f"{hello.name or address}:{port}", decision.why)
-        await self.relay(reader, writer, decision.upstream, port, first)
+            return self.refuse(conn, hello, f"{hello.name or address}:{port}", decision.why)
+        await self.connect_and_relay(conn, decision.upstream, port, first)
 
-    def refuse(self, writer: asyncio.StreamWriter, hello: Hello, target: str, why: str) -> None:
+    def refuse(self, conn: socket.socket, hello: Hello, target: str, why: str) -> None:
         self.log.denied(f"TCP {target}: {why}")
-        if hello.kind == "http":
-            body = f"abx: blocked by the sandbox network policy: {why}\n".encode()
-            writer.write(b"HTTP/1.1 403 Forbidden by sandbox network policy\r\n"
-                         b"Content-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"
-                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-            writer.close()
-            return
-        reset(writer)
+        if hello.kind != "http":
+            return reset(conn)
+        body = f"abx: blocked by the sandbox network policy: {why}\n".encode()
+        send_and_close(conn, b"HTTP/1.1 403 Forbidden by sandbox network policy\r\n"
+                             b"Content-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
 
-    async def relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    upstream: tuple[str, ...], port: int, first: bytes) -> None:
+    async def connect_and_relay(self, conn: socket.socket, upstream: tuple[str, ...],
+                                port: int, first: bytes) -> None:
+        """Connect to the first of ``upstream`` that answers (a reset to the client if
+        none does), replay the bytes already read, then relay both ways."""
+        loop = asyncio.get_running_loop()
         for address in upstream[:4]:
+            up = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET,
+                               socket.SOCK_STREAM)
+            up.setblocking(False)
             try:
-                up_reader, up_writer = await asyncio.wait_for(
-                    asyncio.open_connection(address, port, limit=CHUNK), CONNECT_TIMEOUT)
+                await asyncio.wait_for(loop.sock_connect(up, (address, port)),
+                                       CONNECT_TIMEOUT)
                 break
             except (OSError, TimeoutError):
-                continue
+                up.close()
         else:
-            return reset(writer)
-        up_writer.write(first)
+            return reset(conn)
         try:
-            await asyncio.gather(_pump(reader, up_writer), _pump(up_reader, writer),
-                                 return_exceptions=True)
-        finally:
-            for w in (writer, up_writer):
-                w.close()
+            if first:
+                await loop.sock_sendall(up, first)
+        except OSError:
+            reset(up)
+            return reset(conn)
+        await relay(conn, up)
 
 
-def unreadable(hello: Hello) -> str:
-    """Why the first bytes are refused before any policy is asked ("": they are not): an
-    HTTP request whose host cannot be read one way, or first bytes that never finished
-    (what the proxy did not see could name another host)."""
-    if hello.kind == "http" and hello.name is None:
-        return ("the HTTP request does not name its host one way (one Host header, CRLF "
-                "line ends, an absolute-form target only for that host)")
-    if hello.kind == "incomplete":
-        return "its first bytes (a TLS ClientHello or an HTTP head) did not finish in time"
-    return ""
-
-
-async def read_hello(reader: asyncio.StreamReader) -> tuple[bytes, Hello]:
-    """The first bytes (bounded) and what they say; a client silent for a moment is
-    taken to wait for the server (no name); one that starts a ClientHello or an HTTP head
-    and does not finish it is "incomplete"."""
-    data = b""
+async def read_hello(conn: socket.socket, data: bytes = b"") -> tuple[bytes, Hello]:
+    """The first bytes (bounded; ``data``: what was read already) and what they say; a
+    client silent for a moment is taken to wait for the server (no name); one that starts
+    a ClientHello or an HTTP head and does not finish it is "incomplete"."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + HELLO_DEADLINE
-    wait = FIRST_BYTES_WAIT
+    wait = HELLO_DEADLINE if data else FIRST_BYTES_WAIT
     while True:
         hello = inspect(data)
         if hello.kind != "partial" or len(data) >= MAX_PEEK:
             return data, hello
         try:
-            chunk = await asyncio.wait_for(reader.read(MAX_PEEK - len(data)),
+            chunk = await asyncio.wait_for(loop.sock_recv(conn, MAX_PEEK - len(data)),
                                            min(wait, max(0.0, deadline - loop.time())))
         except TimeoutError:
             return data, Hello("incomplete" if data else "other")
@@ -182,30 +136,3 @@ async def read_hello(reader: asyncio.StreamReader) -> tuple[bytes, Hello]:
             return data, Hello("incomplete" if data else "other")
         data += chunk
         wait = HELLO_DEADLINE
-
-
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while chunk := await reader.read(CHUNK):
-            writer.write(chunk)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-    except (OSError, ConnectionError):
-        writer.close()
-
-
-def reset(writer: asyncio.StreamWriter) -> None:
-    """Close with a TCP reset: the client's next read or write fails at once."""
-    sock = writer.get_extra_info("socket")
-    with contextlib.suppress(OSError, AttributeError):
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    writer.transport.abort()
-
-
-def is_address(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
