@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import os
+import socket
 import ssl
 from pathlib import Path
 from typing import Any
@@ -184,3 +185,125 @@ def test_the_rules_follow_the_policy() -> None:
     full = netns.ruleset(1, 2, parse("full"), blocked, [ipaddress.ip_network("10.8.0.0/16")])
     assert "\n        meta l4proto tcp dnat ip to 10.255.255.1:1" in full
     assert "10.8.0.0/16 } accept" in full and "oifname" not in full
+
+
+def test_http_heads_read_one_way_only() -> None:
+    """A head another reader could take for another host names none (then refused)."""
+    ok = b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n"
+    assert inspect(ok).name == "a.test"
+    for bad in (b"GET / HTTP/1.1\nHost: a.test\n\n",  # bare LF
+                b"GET / HTTP/1.1\r\nHost: a.test\nX: y\r\n\r\n",  # one bare LF inside
+                b"GET / HTTP/1.1\r\nHost : b.test\r\nHost: a.test\r\n\r\n",  # "Host :"
+                b"GET / HTTP/1.1\r\nX: y\r\n Host: b.test\r\nHost: a.test\r\n\r\n",  # fold
+                b"GET http://b.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n",  # target elsewhere
+                b"GET / HTTP/1.1\r\nHost: [::1]:80\r\n\r\n",
+                b"GET / HTTP/1.1\r\nX: y\r\n\r\n"):  # no Host
+        hello = inspect(bad)
+        assert hello.kind == "http" and hello.name is None, bad
+    assert inspect(b"GET http://A.test:81/x HTTP/1.1\r\nHost: a.test:81\r\n\r\n").name == "a.test"
+    assert inspect(b"GET / HTTP/1.1\r\nHost: 93.184.216.34\r\n\r\n").name == "93.184.216.34"
+
+
+def test_a_host_that_is_an_address_must_be_the_address() -> None:
+    fake = FakeAddresses()
+    listed = _resolver(["93.184.216.0/24", "a.test"])
+    assert _decide(listed, fake, PUBLIC, PUBLIC)[0]  # curl http://93.184.216.34/
+    allowed, why, _ = _decide(listed, fake, PUBLIC, "93.184.216.35")
+    assert not allowed and "may not ask for 93.184.216.35" in why
+    allowed, why, _ = _decide(listed, fake, fake.address_for("a.test"), PUBLIC)
+    assert not allowed and "may not ask for" in why
+
+
+def test_unreadable_first_bytes_are_refused_before_the_policy() -> None:
+    from agent_sandbox.runtime.netproxy.decide import unreadable
+    from agent_sandbox.runtime.netproxy.peek import Hello
+
+    assert "Host header" in unreadable(Hello("http"))
+    assert "did not finish" in unreadable(Hello("incomplete"))
+    assert unreadable(Hello("http", "a.test")) == unreadable(Hello("tls")) == ""
+    assert unreadable(Hello("other")) == ""  # server speaks first: decided by address
+
+
+def test_an_absolute_form_request_is_the_only_one_on_its_connection() -> None:
+    from agent_sandbox.runtime.netproxy.explicit import _one_request
+
+    head = (b"GET / HTTP/1.1\r\nHost: a.test\r\nProxy-Connection: keep-alive\r\n"
+            b"connection : Keep-Alive\r\nKeep-Alive: 300\r\nAccept: */*\r\n\r\n")
+    assert _one_request(head) == (b"GET / HTTP/1.1\r\nHost: a.test\r\nAccept: */*\r\n"
+                                  b"Connection: close\r\n\r\n")
+
+
+def _tcp_pair() -> tuple[socket.socket, socket.socket]:
+    listener = socket.create_server(("127.0.0.1", 0))
+    a = socket.create_connection(listener.getsockname())
+    b, _ = listener.accept()
+    listener.close()
+    for s in (a, b):
+        s.setblocking(False)
+    return a, b
+
+
+def test_the_relay_carries_both_ways_with_half_close() -> None:
+    from agent_sandbox.runtime.netproxy.relay import relay
+
+    async def go() -> tuple[bytes, bytes]:
+        loop = asyncio.get_running_loop()
+        client, proxy_side = _tcp_pair()
+        proxy_up, server = _tcp_pair()
+        relaying = asyncio.ensure_future(relay(proxy_side, proxy_up))
+        request, reply = os.urandom(1 << 20), os.urandom(3 << 20)
+
+        async def read_all(sock: socket.socket) -> bytes:
+            out = b""
+            while chunk := await loop.sock_recv(sock, 1 << 16):
+                out += chunk
+            return out
+
+        async def serve() -> bytes:
+            got = await read_all(server)  # the client's half-close arrives as an end
+            await loop.sock_sendall(server, reply)
+            server.close()
+            return got
+
+        async def ask() -> bytes:
+            await loop.sock_sendall(client, request)
+            client.shutdown(socket.SHUT_WR)
+            return await read_all(client)
+
+        got_request, got_reply = await asyncio.gather(serve(), ask())
+        await asyncio.wait_for(relaying, 5)
+        client.close()
+        assert got_request == request and got_reply == reply
+        return got_request, got_reply
+
+    asyncio.run(go())
+
+
+def test_the_relay_resets_one_side_when_the_other_fails() -> None:
+    from agent_sandbox.runtime.netproxy.relay import relay, reset
+
+    async def go() -> None:
+        loop = asyncio.get_running_loop()
+        client, proxy_side = _tcp_pair()
+        proxy_up, server = _tcp_pair()
+        relaying = asyncio.ensure_future(relay(proxy_side, proxy_up))
+        await loop.sock_sendall(client, b"hello")
+        assert await loop.sock_recv(server, 5) == b"hello"
+        reset(server)
+        await asyncio.wait_for(relaying, 5)
+        with pytest.raises(ConnectionResetError):
+            await asyncio.wait_for(loop.sock_recv(client, 5), 5)
+        client.close()
+
+    asyncio.run(go())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400), st.sampled_from([b"", b"GET / HTTP/1.1\r\n", b"CONNECT ",
+                                                   b"\x16\x03\x01\x02\x00\x01"]))
+def test_hostile_heads_never_raise(data: bytes, prefix: bytes) -> None:
+    from agent_sandbox.runtime.netproxy.decide import unreadable
+
+    hello = inspect(prefix + data)
+    assert hello.kind in ("tls", "http", "other", "partial")
+    unreadable(hello)
