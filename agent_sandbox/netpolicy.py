@@ -18,95 +18,28 @@ name (``"registries"``); a comma-separated or list of entries (an allowlist); a 
 
 from __future__ import annotations
 
-import functools
-import ipaddress
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agent_sandbox.errors import InvalidArgumentError, PermissionDeniedError
+from agent_sandbox.netrules import (  # noqa: F401 - re-exported: netpolicy is the front door
+    _HINT,
+    MODES,
+    PRESETS,
+    Network,
+    Rules,
+    _cidr,
+    _name,
+    _shown,
+    name_matches,
+    normalise_entry,
+)
 
 Mode = Literal["off", "allowlist", "full"]
-MODES: tuple[str, ...] = ("off", "allowlist", "full")
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 # Whatever ``parse`` takes: what create(network=...) and set_network(...) accept.
 NetworkSpec = Any
-
-# What each package manager's installer really downloads from.
-PRESETS: dict[str, tuple[str, ...]] = {
-    "registries": (
-        "pypi.org", "files.pythonhosted.org",  # pip, uv
-        "registry.npmjs.org", "registry.yarnpkg.com",  # npm, yarn, pnpm
-        "deb.debian.org", "security.debian.org", "cdn-fastly.deb.debian.org",  # apt (Debian)
-        "archive.ubuntu.com", "*.archive.ubuntu.com", "security.ubuntu.com",  # apt (Ubuntu)
-        "ports.ubuntu.com",
-    ),
-}
-
-_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
-_HINT = ("an entry is a host name (pypi.org), a wildcard (*.example.com), an address or "
-         f"CIDR (203.0.113.7, 198.51.100.0/24) or a preset ({', '.join(PRESETS)})")
-
-
-def _name(text: str) -> str | None:
-    """``text`` as a normalised host name, or None if it is not one."""
-    name = text.strip().lower().rstrip(".")
-    if not name or len(name) > 253 or "." not in name:
-        return None
-    labels = name.split(".")
-    if not all(_LABEL.match(label) for label in labels) or labels[-1].isdigit():
-        return None
-    return name
-
-
-@functools.lru_cache(maxsize=4096)
-def _cidr(text: str) -> Network | None:
-    # Cached: a policy's entries are classified on every decision the proxy makes, and a
-    # failed ip_network() (every name) costs an exception: 4 ms for 200 entries uncached.
-    try:
-        return ipaddress.ip_network(text.strip(), strict=False)
-    except ValueError:
-        return None
-
-
-def _shown(value: object) -> str:
-    """A value for an error message, capped: a huge entry never comes back whole."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:80] + f"... ({len(text)} characters)"
-
-
-def normalise_entry(entry: object) -> str:
-    """One allow/deny entry in its canonical spelling; a clear error otherwise."""
-    if not isinstance(entry, str) or not entry.strip():
-        raise InvalidArgumentError(f"network entry {_shown(entry)} is not a non-empty "
-                                   f"string; {_HINT}")
-    text = entry.strip().lower()
-    if text in PRESETS:
-        return text
-    if text.startswith("*."):
-        name = _name(text[2:])
-        if name is None:
-            raise InvalidArgumentError(f"network entry {_shown(entry)}: the wildcard must be '*.' "
-                                       f"before a host name; {_HINT}")
-        return f"*.{name}"
-    net = _cidr(text)
-    if net is not None:
-        return str(net)
-    name = _name(text)
-    if name is None:
-        raise InvalidArgumentError(f"network entry {_shown(entry)} is not understood; "
-                                   f"{_HINT}")
-    return name
-
-
-def name_matches(name: str, entry: str) -> bool:
-    """Does host ``name`` (normalised) match the name or wildcard ``entry``?"""
-    if entry.startswith("*."):
-        return name.endswith(entry[1:])
-    return name == entry
-
 
 def _overlap(base: str, denied: str) -> bool:
     """Does the wildcard ``*.base`` share any name with the deny entry ``denied``?"""
@@ -116,7 +49,7 @@ def _overlap(base: str, denied: str) -> bool:
     return other == base or other.endswith("." + base) or base.endswith("." + other)
 
 
-class NetworkPolicy(BaseModel):
+class NetworkPolicy(Rules, BaseModel):
     """What a sandbox may connect to. Build one with ``parse``; entries are canonical."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -124,50 +57,6 @@ class NetworkPolicy(BaseModel):
     mode: Mode = "off"
     allow_out: tuple[str, ...] = ()
     deny_out: tuple[str, ...] = ()
-
-    # -- reading -------------------------------------------------------------------------
-    def expanded(self, entries: Iterable[str]) -> list[str]:
-        """Entries with presets replaced by what they name."""
-        out: list[str] = []
-        for entry in entries:
-            out.extend(PRESETS.get(entry, (entry,)))
-        return out
-
-    def _names(self, entries: Iterable[str]) -> list[str]:
-        return [e for e in self.expanded(entries) if _cidr(e) is None]
-
-    def _nets(self, entries: Iterable[str]) -> list[Network]:
-        return [n for n in map(_cidr, self.expanded(entries)) if n is not None]
-
-    def allows_name(self, name: str) -> bool:
-        """May the sandbox resolve and connect to host ``name``?"""
-        host = _name(name)
-        if host is None or self.mode == "off":
-            return False
-        if any(name_matches(host, e) for e in self._names(self.deny_out)):
-            return False
-        return self.mode == "full" or any(name_matches(host, e)
-                                          for e in self._names(self.allow_out))
-
-    def allows_address(self, address: str) -> bool:
-        """May the sandbox connect to ``address`` by number (no name involved)? The
-        runtime's always-blocked ranges are checked apart from this."""
-        try:
-            ip = ipaddress.ip_address(address)
-        except ValueError:
-            return False
-        if self.mode == "off" or any(ip in n for n in self._nets(self.deny_out)):
-            return False
-        return self.mode == "full" or any(ip in n for n in self._nets(self.allow_out))
-
-    def describe(self) -> str:
-        """For people: ``allowlist (pypi.org, registries)``, ``full``, ``off``."""
-        text = self.mode
-        if self.allow_out:
-            text += f" ({', '.join(self.allow_out)})"
-        if self.deny_out:
-            text += f" except ({', '.join(self.deny_out)})"
-        return text
 
     # -- ceilings ------------------------------------------------------------------------
     def _denies_all_of(self, entry: str) -> bool:

@@ -9,7 +9,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent_sandbox.netpolicy import NetworkPolicy
+from agent_sandbox.errors import InvalidArgumentError
+from agent_sandbox.netrules import Policy, Rules
 
 # Names resolve to addresses of this range (benchmarking, never routed), one per name: the
 # sandbox never learns real addresses, and a connection's address says which name it is for.
@@ -30,7 +31,7 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 @dataclass(frozen=True)
 class ProxyConfig:
-    policy: NetworkPolicy
+    policy: Rules  # the engine's NetworkPolicy; a netrules.Policy once loaded (no pydantic)
     blocked: tuple[Network, ...] = ()
     open_ranges: tuple[Network, ...] = ()
     hosts: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -49,7 +50,9 @@ class ProxyConfig:
         return not ip.is_global or any(ip in n for n in self.blocked)
 
     def to_json(self) -> str:
-        return json.dumps({"policy": self.policy.model_dump(mode="json"),
+        policy = self.policy
+        return json.dumps({"policy": {"mode": policy.mode, "allow_out": list(policy.allow_out),
+                                      "deny_out": list(policy.deny_out)},
                            "blocked": [str(n) for n in self.blocked],
                            "open_ranges": [str(n) for n in self.open_ranges],
                            "hosts": {k: list(v) for k, v in self.hosts.items()}})
@@ -82,8 +85,12 @@ def load(fd: int) -> ProxyConfig:
     for addresses in hosts.values():
         for a in addresses:
             ipaddress.ip_address(a)
+    try:
+        policy = Policy.from_dump(data.get("policy", {}))
+    except InvalidArgumentError as exc:
+        raise ValueError(f"the proxy config's policy: {exc.message}") from None
     return ProxyConfig(
-        policy=NetworkPolicy.model_validate(data.get("policy") or {}),
+        policy=policy,
         blocked=tuple(ipaddress.ip_network(n) for n in data.get("blocked") or ()),
         open_ranges=tuple(ipaddress.ip_network(n) for n in data.get("open_ranges") or ()),
         hosts={k.lower().rstrip("."): tuple(v) for k, v in hosts.items()})

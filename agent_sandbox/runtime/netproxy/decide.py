@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from agent_sandbox.netpolicy import NetworkPolicy
+from agent_sandbox.netrules import Policy, Rules
 from agent_sandbox.runtime.netproxy.fake import FakeAddresses, is_fake
 from agent_sandbox.runtime.netproxy.peek import Hello
 from agent_sandbox.runtime.netproxy.resolver import Resolver
@@ -22,8 +22,8 @@ class Decision:
     upstream: tuple[str, ...] = ()  # the real addresses to connect to, in order
 
 
-def _denied_by_name(policy: NetworkPolicy, name: str) -> bool:
-    return not NetworkPolicy(mode="full", deny_out=policy.deny_out).allows_name(name)
+def _denied_by_name(policy: Rules, name: str) -> bool:
+    return not Policy(mode="full", deny_out=policy.deny_out).allows_name(name)
 
 
 async def decide_name(resolver: Resolver, name: str) -> Decision:
