@@ -171,9 +171,11 @@ def test_config_round_trip_and_refusals(tmp_path: Path) -> None:
         assert loaded.to_json() == conf.to_json() and "pydantic" not in repr(type(loaded.policy))
         for bad in ('[1]', '{"hosts": {"a": "1.2.3.4"}}', '{"hosts": {"a": ["nope"]}}',
                     '{"policy": {"mode": "sideways"}}', '{"policy": {"allow_out": ["PyPI.org"]}}',
-                    '{"policy": {"mode": "full", "extra": 1}}', '{"policy": []}'):
+                    '{"policy": {"mode": "full", "extra": 1}}', '{"policy": []}',
+                    '{"blocked": [5]}', '{"blocked": ["10.0.0.0/33"]}', '{"open_ranges": {}}',
+                    '{"hostz": {}}', '\xff', '{"blocked": ["10.0.0.1/8"]}'):
             path.write_text(bad)
-            with pytest.raises(ValueError):
+            with pytest.raises(ValueError, match="the proxy config"):
                 proxy_config.load(fd)
     finally:
         os.close(fd)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from agent_sandbox.errors import InvalidArgumentError
 from agent_sandbox.netrules import Policy, Rules
@@ -74,23 +76,45 @@ def load(fd: int) -> ProxyConfig:
     raw = b""
     while len(raw) < _MAX_CONFIG and (chunk := os.pread(fd, 65536, len(raw))):
         raw += chunk
-    data = json.loads(raw)
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:  # also UnicodeDecodeError
+        raise ValueError(f"the proxy config is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError("the proxy config is not a JSON object")
-    hosts = data.get("hosts") or {}
+    unknown = set(data) - {"policy", "blocked", "open_ranges", "hosts", "gateway", "proxy_port"}
+    if unknown:
+        raise ValueError(f"the proxy config has unknown field(s) {sorted(unknown)[:5]}")
+    if data.get("gateway", GATEWAY) != GATEWAY or data.get("proxy_port", PROXY_PORT) != PROXY_PORT:
+        raise ValueError(f"the proxy serves {GATEWAY}, port {PROXY_PORT} for explicit "
+                         "requests; the config asks for others")
+    hosts = data.get("hosts", {})
     if not isinstance(hosts, dict) or not all(
             isinstance(k, str) and isinstance(v, list) and all(isinstance(a, str) for a in v)
             for k, v in hosts.items()):
-        raise ValueError("hosts must map names to lists of addresses")
-    for addresses in hosts.values():
+        raise ValueError("the proxy config's hosts must map names to lists of addresses")
+    for name, addresses in hosts.items():
         for a in addresses:
-            ipaddress.ip_address(a)
+            _checked(ipaddress.ip_address, a, f"hosts[{name!r}]")
     try:
         policy = Policy.from_dump(data.get("policy", {}))
     except InvalidArgumentError as exc:
         raise ValueError(f"the proxy config's policy: {exc.message}") from None
-    return ProxyConfig(
-        policy=policy,
-        blocked=tuple(ipaddress.ip_network(n) for n in data.get("blocked") or ()),
-        open_ranges=tuple(ipaddress.ip_network(n) for n in data.get("open_ranges") or ()),
-        hosts={k.lower().rstrip("."): tuple(v) for k, v in hosts.items()})
+    return ProxyConfig(policy=policy, blocked=_networks(data, "blocked"),
+                       open_ranges=_networks(data, "open_ranges"),
+                       hosts={k.lower().rstrip("."): tuple(v) for k, v in hosts.items()})
+
+
+def _networks(data: dict, field: str) -> tuple[Network, ...]:
+    value = data.get(field, [])
+    if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+        raise ValueError(f"the proxy config's {field} must be a list of CIDRs")
+    return tuple(_checked(ipaddress.ip_network, n, field) for n in value)
+
+
+def _checked(parse: Callable[[str], Any], text: str, field: str) -> Any:
+    try:
+        return parse(text)
+    except ValueError:
+        raise ValueError(f"the proxy config's {field}: {text[:60]!r} is not an address "
+                         "or CIDR") from None
