@@ -371,3 +371,22 @@ def _host_download(port: int, path: str) -> float:
                 pass
         best = min(best, time.monotonic() - t)
     return best
+
+
+def test_addresses_an_allowlist_names_by_number(net: dict[str, Any]) -> None:
+    """CIDR entries: reached by number through the explicit proxy (inside the namespace
+    127.x is its own loopback), with the address itself as Host or any SNI the policy
+    does not deny; a denied name is still refused there."""
+    ns, http_port, tls_port, ca = net["ns"], net["http_port"], net["tls_port"], net["ca"]
+    ns.start({"allow_out": [f"{HTTP_ADDR}/32", f"{TLS_ADDR}/32"], "deny_out": ["evil.test"]})
+    out = ns.run([
+        ["raw", GATEWAY, PROXY_PORT, _get(HTTP_ADDR, proxied=True, port=http_port)],
+        ["tunnel", TLS_ADDR, tls_port, TLS_NAME, ca],
+        ["tunnel", TLS_ADDR, tls_port, "evil.test", ca],
+        ["raw", GATEWAY, PROXY_PORT, _get(HTTP_NAME, proxied=True, port=http_port)],
+    ])
+    assert out[0][0][0] == 200 and f"hello {HTTP_ADDR}" in out[0][0][1], out[0]
+    assert out[1][0][0] == 200 and f"hello {TLS_NAME}" in out[1][0][1], out[1]
+    assert out[2][0] in (104, "closed", "SSLEOFError", "SSLZeroReturnError") \
+        and out[2][1] < FAST, f"a denied SNI to an allowed address: {out[2]}"
+    _fast(out[3], 403, "a name the allowlist does not list")

@@ -77,7 +77,10 @@ async def handle(proxy: TcpProxy, conn: socket.socket) -> None:
         first, hello = await read_hello(conn, rest)
         why = unreadable(hello)
         if not why and hello.name is not None and hello.name != host:
-            why = f"a tunnel to {host} may not ask for {hello.name}"
+            if is_address(host):  # by number: decided as a transparent connection is
+                why = (await decide(proxy.resolver, proxy.fake, host, hello.name)).why
+            else:
+                why = f"a tunnel to {host} may not ask for {hello.name}"
         if why:
             return proxy.refuse(conn, hello, f"{host}:{port}", why)
     else:  # the origin-form a server expects: "GET /path HTTP/1.1", one request only
