@@ -88,7 +88,9 @@ async def forward_websocket(websocket: WebSocket, sandbox_id: str, port: int,
     url = "ws" + base[4:] + f"/{path}" + (f"?{websocket.url.query}" if websocket.url.query
                                            else "")
     try:
-        async with websockets.connect(url, max_size=16 << 20, open_timeout=15) as inner:
+        # What the server inside sends is held here: a message at most 4 MiB, two ahead.
+        async with websockets.connect(url, max_size=4 << 20, max_queue=2,
+                                      open_timeout=15) as inner:
             await websocket.accept()
             await _relay(websocket, inner)
     except (TimeoutError, OSError, websockets.WebSocketException):
