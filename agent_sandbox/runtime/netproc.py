@@ -19,7 +19,7 @@ from pathlib import Path
 
 from agent_sandbox.errors import InvalidArgumentError, RuntimeUnavailableError
 from agent_sandbox.netpolicy import NetworkPolicy
-from agent_sandbox.runtime import netns
+from agent_sandbox.runtime import netns, supervisor
 from agent_sandbox.runtime.config import EngineConfig
 from agent_sandbox.runtime.netproxy import config as proxy_config
 
@@ -64,7 +64,7 @@ def start(sandbox_dir: Path, pid: int, policy: NetworkPolicy, config: EngineConf
     tcp, udp = netns.setup(pid, rules, join_userns=join_userns)
     conf_fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     ready_r, ready_w = os.pipe()
-    log = _open_log(sandbox_dir / "netproxy.log")
+    log = supervisor.open_log(sandbox_dir / "netproxy.log", _LOG_MAX)
     env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8", "PYTHONPATH": _PACKAGE_ROOT}
     argv = [sys.executable, "-m", MODULE, "--tcp-fd", str(tcp.fileno()),
             "--udp-fd", str(udp.fileno()), "--config-fd", str(conf_fd),
@@ -111,11 +111,3 @@ def stop(pid: int) -> None:
     deadline = time.monotonic() + 1.0
     while is_proxy(pid) and time.monotonic() < deadline:  # a zombie has no cmdline
         time.sleep(0.005)
-
-
-def _open_log(path: Path) -> int:
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
-    with contextlib.suppress(OSError):
-        if path.stat().st_size > _LOG_MAX:
-            flags |= os.O_TRUNC
-    return os.open(path, flags, 0o600)

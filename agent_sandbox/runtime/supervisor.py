@@ -166,7 +166,7 @@ def _spawn(config: EngineConfig, lock: int) -> None:
     # This copy of the package, whatever the caller's sys.path was built from.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH"))
                                         if p)
-    log = _open_log(config.data_dir / LOG_NAME)
+    log = open_log(config.data_dir / LOG_NAME)
     try:
         subprocess.run(["/bin/sh", "-c", '"$@" &', "abx-supervisor", *argv],
                        stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd="/",
@@ -175,10 +175,11 @@ def _spawn(config: EngineConfig, lock: int) -> None:
         os.close(log)
 
 
-def _open_log(path: Path) -> int:
+def open_log(path: Path, max_bytes: int = _LOG_MAX) -> int:
+    """A host-side helper's log for appending, 0600, started afresh once over ``max_bytes``."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
     with contextlib.suppress(OSError):
-        if path.stat().st_size > _LOG_MAX:
+        if path.stat().st_size > max_bytes:
             flags |= os.O_TRUNC
     fd = os.open(path, flags, 0o600)
     os.fchmod(fd, 0o600)
