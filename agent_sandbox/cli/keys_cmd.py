@@ -44,6 +44,9 @@ def create(
         "--network", metavar="POLICY", help="The key's network ceiling: the most network its "
         "sandboxes may have (off, registries, a comma list of names/*.wildcards/CIDRs, "
         "full; default: the gateway's, $ABX_GATEWAY_NETWORK_CEILING).")] = None,
+    e2b: Annotated[bool, typer.Option("--e2b", help="Shape the secret like an E2B key "
+                                      "(e2b_ and 40 hex digits), for E2B SDKs that check "
+                                      "it; see docs/e2b.md.")] = False,
     api_keys_file: KeysFile = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -51,7 +54,7 @@ def create(
     from agent_sandbox.server.cli import keys_create
 
     key = keys_create(name, admin=admin, max_sandboxes=max_sandboxes,
-                      max_commands=max_commands, network=network,
+                      max_commands=max_commands, network=network, e2b=e2b,
                       api_keys_file=api_keys_file,
                       settings=cli_settings())
     if want_json(json_out):

@@ -10,7 +10,7 @@ import anyio.to_thread
 from fastapi import FastAPI
 
 from agent_sandbox.providers.base import Provider
-from agent_sandbox.server import errors
+from agent_sandbox.server import e2b, errors
 from agent_sandbox.server.keys import KeyStore
 from agent_sandbox.server.metrics import MetricsMiddleware
 from agent_sandbox.server.routes import (
@@ -88,5 +88,6 @@ def create_app(engine: Provider | None = None, keys: KeyStore | None = None,
     for module in (sandboxes, commands, code, files, dirs, watch, misc, pty, ports):
         app.include_router(module.router)
     app.include_router(ports.tcp_router)
+    app.add_middleware(e2b.front, state=state)  # type: ignore[arg-type]
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     return app

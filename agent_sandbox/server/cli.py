@@ -20,13 +20,14 @@ from agent_sandbox.settings import Settings
 
 def keys_create(name: str, *, admin: bool = False, max_sandboxes: int | None = None,
                 max_commands: int | None = None, network: str | None = None,
-                api_keys_file: str | Path | None = None,
+                e2b: bool = False, api_keys_file: str | Path | None = None,
                 settings: Settings | None = None) -> dict[str, object]:
     """A new key: its public fields plus ``token`` (shown this once, never stored).
     ``network``: the key's network ceiling (None: the gateway's)."""
     store = KeyStore(api_keys_file, settings=settings)
     key, token = store.create(name, admin=admin, max_sandboxes=max_sandboxes,
-                              max_commands=max_commands, network_ceiling=network)
+                              max_commands=max_commands, network_ceiling=network,
+                              e2b=e2b)
     return {**key.public(), "token": token}
 
 

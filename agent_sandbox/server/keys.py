@@ -22,6 +22,8 @@ from agent_sandbox.errors import InvalidArgumentError, NotFoundError
 from agent_sandbox.settings import Settings
 
 TOKEN_PREFIX = "abx_"
+# What E2B's SDKs expect a key to look like (older ones check it): `e2b_` and 40 hex digits.
+E2B_PREFIX = "e2b_"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS keys (
@@ -109,9 +111,11 @@ class KeyStore:
 
     def create(self, name: str, *, admin: bool = False,
                max_sandboxes: int | None = None, max_commands: int | None = None,
-               network_ceiling: object = None) -> tuple[ApiKey, str]:
+               network_ceiling: object = None, e2b: bool = False) -> tuple[ApiKey, str]:
         """A new key and its token (the only time the token is seen). ``network_ceiling``:
-        anything ``netpolicy.parse`` takes; None leaves the key with the gateway's."""
+        anything ``netpolicy.parse`` takes; None leaves the key with the gateway's. ``e2b``:
+        a token shaped like E2B's, for SDKs that check the shape (any key works on the E2B
+        API)."""
         if not isinstance(name, str) or not name.strip() or len(name) > 200:
             raise InvalidArgumentError("a key needs a name of 1-200 characters")
         limits = (self.default_max_sandboxes if max_sandboxes is None else max_sandboxes,
@@ -121,7 +125,8 @@ class KeyStore:
         ceiling = None if network_ceiling is None else netpolicy.parse(network_ceiling)
         stored = None if ceiling is None else json.dumps(ceiling.model_dump(mode="json"))
         key_id = "key-" + secrets.token_hex(6)
-        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        token = (E2B_PREFIX + secrets.token_hex(20) if e2b
+                 else TOKEN_PREFIX + secrets.token_urlsafe(32))
         now = time.time()
         name = name.strip()
         # One statement: two creates of one name at once cannot both pass the check.

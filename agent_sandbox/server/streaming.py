@@ -100,6 +100,24 @@ class _Pump:
             self.leave(finished)
 
 
+async def work_events(work: WorkFn, slot: AbstractContextManager[Any] | None = None
+                      ) -> AsyncIterator[dict[str, Any]]:
+    """``work``'s events as they come, its return value last; a failure is raised as its
+    SandboxError. Bounded like every stream here; a consumer that stops early cancels the
+    work."""
+    pump = _Pump(work, slot)
+    finished = False
+    try:
+        while (event := await pump.next()) is not _DONE:
+            if isinstance(event, _Failure):
+                finished = True
+                raise event.exc
+            yield event
+        finished = True
+    finally:
+        pump.leave(finished)
+
+
 def ndjson_events(run: RunFn,
                   slot: AbstractContextManager[Any] | None = None) -> AsyncIterator[bytes]:
     """NDJSON lines: ``{"stdout": ...}`` / ``{"stderr": ...}`` while ``run`` goes, then

@@ -1,0 +1,40 @@
+"""Which sandbox (and which of its ports) an E2B sandbox-addressed request is for, as the
+router checked it; the services read it back with ``current()``."""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from agent_sandbox.providers.base import Provider
+from agent_sandbox.server.state import GatewayState
+
+
+@dataclass(frozen=True)
+class Target:
+    state: GatewayState
+    sandbox_id: str  # exists, and the request carried its access token
+    owner: str  # the tenant the sandbox belongs to ("" on an open gateway)
+    port: int  # 49983 (envd), 49999 (code interpreter) or a port of the sandbox's own
+    user: str | None  # the E2B username the request names (Basic auth); None: the default
+
+    @property
+    def provider(self) -> Provider:
+        return self.state.provider
+
+
+_current: ContextVar[Target] = ContextVar("abx_e2b_target")
+
+
+def current() -> Target:
+    """The request's target (set by ``routing`` for the duration of the request; tasks the
+    request starts inherit it)."""
+    return _current.get()
+
+
+def bind(target: Target) -> object:
+    return _current.set(target)
+
+
+def unbind(token: object) -> None:
+    _current.reset(token)  # type: ignore[arg-type]
