@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grp
 import os
+import re
 import shlex
 import stat
 import subprocess
@@ -92,12 +93,14 @@ def test_keys_create_list_revoke(abx: Abx, keys_file: Path) -> None:
     admin = abx("keys", "create", "--name", "ops", "--admin", "--api-keys-file", kf, "--json")
     admin_key = admin.json()
     assert admin_key["admin"] is True and admin_key["token"].startswith("abx_")
+    e2b = abx("keys", "create", "--name", "e2b-sdk", "--e2b", "--api-keys-file", kf).out.strip()
+    assert re.fullmatch(r"e2b_[0-9a-f]{40}", e2b)  # the shape E2B's SDKs expect
 
     table = abx("keys", "list", "--api-keys-file", kf)
     assert "ci-bot" in table.out and "ops" in table.out and "live" in table.out
     assert token not in table.out and admin_key["token"] not in table.out
     listed = abx("keys", "list", "--api-keys-file", kf, "--json").json()
-    assert [k["name"] for k in listed] == ["ci-bot", "ops"]
+    assert [k["name"] for k in listed] == ["ci-bot", "ops", "e2b-sdk"]
     assert all("token" not in k and "hash" not in k for k in listed)
     ci = listed[0]
     assert ci["max_sandboxes"] == 3 and ci["revoked"] is False

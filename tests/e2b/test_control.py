@@ -24,3 +24,47 @@ def test_create_list_timeout_kill(e2b_env: E2BGateway) -> None:
     finally:
         assert sb.kill() in (True, None)
     assert sb.sandbox_id not in [s.sandbox_id for s in Sandbox.list().next_items()]
+
+
+def test_pause_then_connect_resumes_with_state(e2b_env: E2BGateway) -> None:
+    import httpx2 as httpx
+    from e2b import Sandbox
+
+    sb = Sandbox.create()
+    try:
+        assert sb.pause() in (True, None, sb.sandbox_id)
+        assert Sandbox.get_info(sb.sandbox_id).state.value == "paused"
+        listed = Sandbox.list(query=None).next_items()
+        assert [s.state.value for s in listed if s.sandbox_id == sb.sandbox_id] == ["paused"]
+        again = Sandbox.connect(sb.sandbox_id)
+        assert again.get_info().state.value == "running"
+        health = httpx.get(f"{e2b_env.url}/health", headers={
+            "E2b-Sandbox-Id": sb.sandbox_id, "E2b-Sandbox-Port": "49983",
+            "X-Access-Token": again._envd_access_token})
+        assert health.status_code == 204
+    finally:
+        sb.kill()
+
+
+def test_network_options_map_to_policies_within_the_ceiling(e2b_env: E2BGateway) -> None:
+    import httpx2 as httpx
+    from e2b import Sandbox
+
+    sb = Sandbox.create(network={"allow_out": ["pypi.org"], "deny_out": ["0.0.0.0/0"]})
+    try:
+        ours = httpx.get(f"{e2b_env.url}/v1/sandboxes/{sb.sandbox_id}",
+                         headers={"Authorization": f"Bearer {e2b_env.keys['a']}"}).json()
+        assert ours["network"] == {"mode": "allowlist", "allow_out": ["pypi.org"],
+                                   "deny_out": []}
+        assert sb.get_info().allow_internet_access is True
+        sb.update_network({"allow_internet_access": False})
+        ours = httpx.get(f"{e2b_env.url}/v1/sandboxes/{sb.sandbox_id}",
+                         headers={"Authorization": f"Bearer {e2b_env.keys['a']}"}).json()
+        assert ours["network"]["mode"] == "off"
+    finally:
+        sb.kill()
+    plain = Sandbox.create()
+    try:
+        assert plain.get_info().allow_internet_access is False  # off unless asked
+    finally:
+        plain.kill()

@@ -33,8 +33,22 @@ class _Body(BaseModel):
 
 
 class NetworkConfig(_Body):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
     allow_out: list[str] | None = Field(None, alias="allowOut")
     deny_out: list[str] | None = Field(None, alias="denyOut")
+    allow_internet_access: bool | None = None  # PUT .../network carries it here
+    allow_public_traffic: bool | None = Field(None, alias="allowPublicTraffic")  # always
+    # required here: a sandbox's ports need its access token or the API key
+
+    def refuse_unsupported(self) -> None:
+        """E2B's egress proxy, per-domain rules, DNS servers and host masks have no
+        counterpart here: refused by name rather than silently dropped."""
+        extra = sorted(k for k, v in (self.model_extra or {}).items() if v not in (None, {}, []))
+        if extra:
+            raise InvalidArgumentError(
+                f"network option(s) {', '.join(extra)} are not supported by this gateway: "
+                "use allowOut / denyOut (names, *.wildcards, CIDRs) or allow_internet_access "
+                "(see docs/e2b.md)")
 
 
 class NewSandbox(_Body):
@@ -51,7 +65,7 @@ class Timeout(_Body):
 
 
 class Resume(_Body):
-    timeout: int = Field(15, ge=0, le=MAX_TIMEOUT)
+    timeout: int = Field(0, ge=0, le=MAX_TIMEOUT)  # 0: keep the sandbox's own
 
 
 def _gateway(request: Request) -> GatewayState:
@@ -94,15 +108,22 @@ def _listed(info: SandboxInfo) -> dict[str, Any]:
 
 def _policy(body: NewSandbox) -> netpolicy.NetworkPolicy:
     """E2B's network options as our policy. Unlike E2B, no network unless asked:
-    ``allow_internet_access=True`` is ``full``; ``network.allowOut`` an allowlist
-    (``denyOut`` kept); nothing, or False, is ``off``."""
-    net = body.network
+    ``network.allowOut`` is an allowlist; ``allow_internet_access=True`` (or ``denyOut``
+    alone) is ``full`` less ``denyOut``; nothing, or False, is ``off``."""
+    return _policy_of(body.network, body.allow_internet_access)
+
+
+def _policy_of(net: NetworkConfig | None, internet: bool | None) -> netpolicy.NetworkPolicy:
+    if net is not None:
+        net.refuse_unsupported()
     if net is not None and net.allow_out:
-        return netpolicy.parse({"mode": "allowlist", "allow_out": net.allow_out,
-                                "deny_out": net.deny_out or []})
-    if body.allow_internet_access:
-        return netpolicy.parse({"mode": "full", "deny_out": (net.deny_out or []) if net
-                                else []})
+        # E2B's allowOut wins over its denyOut (typically 0.0.0.0/0, "all else"): with an
+        # allowlist, all else is denied already, and what both name is allowed.
+        return netpolicy.parse({"mode": "allowlist", "allow_out": net.allow_out})
+    deny = (net.deny_out or []) if net is not None else []
+    # Only denyOut (and the internet not refused) asks for the internet less those.
+    if internet or (deny and internet is None):
+        return netpolicy.parse({"mode": "full", "deny_out": deny})
     return netpolicy.parse("off")
 
 
@@ -201,6 +222,16 @@ def set_timeout(sandbox_id: str, body: Timeout, state: State, who: Caller) -> Re
     return Response(status_code=204)
 
 
+@router.put("/sandboxes/{sandbox_id}/network", status_code=204)
+def update_network(sandbox_id: str, body: NetworkConfig, state: State,
+                   who: Caller) -> Response:
+    """Replaces the policy whole (E2B: omitted fields are cleared), within the ceilings."""
+    policy = _policy_of(body, body.allow_internet_access)
+    check_network(state, who, policy)
+    state.provider.set_network(_owned_id(state, who, sandbox_id), policy)
+    return Response(status_code=204)
+
+
 @router.post("/sandboxes/{sandbox_id}/refreshes", status_code=204)
 def refresh(sandbox_id: str, state: State, who: Caller) -> Response:
     info = state.provider.info(_owned_id(state, who, sandbox_id))
@@ -240,6 +271,7 @@ def resume(sandbox_id: str, body: Resume, state: State, tokens: Tokens,
 
 
 @router.post("/sandboxes/{sandbox_id}/connect")
+@router.post("/v2/sandboxes/{sandbox_id}/connect")
 def connect(sandbox_id: str, body: Resume, state: State, tokens: Tokens,
             who: Caller) -> JSONResponse:
     """201 when it was paused and is resumed, 200 when it was running."""
@@ -270,9 +302,10 @@ def application(state: GatewayState, tokens: AccessTokens) -> FastAPI:
         return _error(400, f"{where}: {first.get('msg', 'invalid request')}")
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if exc.status_code == 404:
-            return _error(404, "not supported by this gateway's E2B API (see docs/e2b.md)")
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code in (404, 405):  # no such route: not a missing sandbox
+            return _error(501, f"{request.method} {request.url.path} is not supported by "
+                          "this gateway's E2B API (see docs/e2b.md for what is)")
         return _error(exc.status_code, str(exc.detail))
 
     @app.exception_handler(Exception)

@@ -34,9 +34,12 @@ ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitab
                    Awaitable[None]]
 ENVD_PORT = 49983
 INTERPRETER_PORT = 49999
-_ID = re.compile(SANDBOX_ID_PATTERN.strip("^$"))
+_ID = re.compile(SANDBOX_ID_PATTERN.removeprefix("^").removesuffix("\\Z").removesuffix("$"))
 _HOST = re.compile(rf"^(\d{{1,5}})-({_ID.pattern})\.")
-CONTROL_PREFIXES = ("/sandboxes/", "/v2/sandboxes/")
+# First path segments of E2B's API (spec/openapi.yml): answered by the control plane,
+# served or refused there in E2B's shape. None is one of the gateway's own (/v1, /health...).
+E2B_API_ROOTS = frozenset({"sandboxes", "v2", "v3", "templates", "snapshots", "volumes",
+                           "secrets", "teams", "api-keys", "access-tokens", "nodes", "admin"})
 _CONNECT_PATHS = ("/process.Process/", "/filesystem.Filesystem/")
 PRINCIPAL_SCOPE_KEY = "abx.principal"  # an ASGI scope key: no client can set it
 
@@ -82,9 +85,8 @@ class SandboxRouter:
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         where = addressed(scope) if scope["type"] in ("http", "websocket") else None
         if where is None:
-            path = scope.get("path", "")
-            if scope["type"] == "http" and path.split("/")[1:3] in (
-                    ["sandboxes"], ["v2", "sandboxes"]) or path.startswith(CONTROL_PREFIXES):
+            first = scope.get("path", "").split("/")[1]
+            if scope["type"] == "http" and first in E2B_API_ROOTS:
                 await self.control(scope, receive, send)
             else:
                 await self.app(scope, receive, send)
