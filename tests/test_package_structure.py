@@ -89,9 +89,16 @@ def test_no_import_cycle() -> None:
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
+def _generated(path: Path) -> bool:
+    """Code generated from .proto files (server/e2b/envd_pb), never edited by hand."""
+    with path.open() as f:
+        first = f.readline()
+    return first.startswith("# Generated from") and "DO NOT EDIT" in first
+
+
 def test_modules_stay_small() -> None:
     big = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
-           if (n := len(p.read_text().splitlines())) > MAX_LINES}
+           if (n := len(p.read_text().splitlines())) > MAX_LINES and not _generated(p)}
     assert not big, f"modules over {MAX_LINES} lines (split them by concern): {big}"
 
 
