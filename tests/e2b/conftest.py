@@ -23,6 +23,7 @@ pytestmark = pytest.mark.integration
 @dataclass
 class E2BGateway:
     proc: GatewayProcess
+    store: KeyStore
     keys: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -40,7 +41,7 @@ def e2b_gateway() -> Iterator[E2BGateway]:
     pytest.importorskip("e2b", reason="the e2b SDK is not installed (pip install -e .[test])")
     keys_file = Path(tempfile.mkdtemp(prefix="abx-e2b-keys-")) / "keys.db"
     store = KeyStore(keys_file)
-    gateway = E2BGateway(GatewayProcess(keys_file=str(keys_file)))
+    gateway = E2BGateway(GatewayProcess(keys_file=str(keys_file)), store)
     for name in ("a", "b"):
         _, gateway.keys[name] = store.create(name, e2b=True, max_sandboxes=20,
                                              max_commands=32)

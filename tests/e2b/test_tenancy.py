@@ -100,3 +100,23 @@ def test_malformed_addresses_get_clear_errors(e2b_gateway: E2BGateway, sandbox_i
         "E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": port, "X-Access-Token": "t"})
     assert reply.status_code == status, reply.text
     assert reply.json()["message"]
+
+
+def test_quotas_apply_and_are_not_retried(e2b_gateway: E2BGateway) -> None:
+    """A key's sandbox quota holds on E2B's create as on the REST API, and its 429 tells
+    the SDK not to retry (it would only wait for nothing)."""
+    from e2b import Sandbox
+    from e2b.exceptions import RateLimitException, SandboxException
+
+    _, token = e2b_gateway.store.create("one-only", e2b=True, max_sandboxes=1)
+    opts = {"api_key": token, "api_url": e2b_gateway.url, "sandbox_url": e2b_gateway.url}
+    first = Sandbox.create(**opts)
+    try:
+        with pytest.raises((RateLimitException, SandboxException)) as caught:
+            Sandbox.create(**opts)
+        assert "1" in str(caught.value) and "sandbox" in str(caught.value).lower()
+        reply = httpx.post(e2b_gateway.url + "/v2/sandboxes", json={"templateID": "base"},
+                           headers={"X-API-KEY": token})
+        assert reply.status_code == 429 and reply.headers["should-retry"] == "false"
+    finally:
+        first.kill()

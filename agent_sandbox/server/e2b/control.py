@@ -15,7 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agent_sandbox import netpolicy
-from agent_sandbox.errors import InvalidArgumentError, NotFoundError, SandboxError
+from agent_sandbox.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    SandboxError,
+    UnauthenticatedError,
+)
 from agent_sandbox.models import SandboxInfo
 from agent_sandbox.server.auth import Principal, check_network, check_sandbox, principal
 from agent_sandbox.server.e2b.tokens import AccessTokens
@@ -293,11 +298,20 @@ def application(state: GatewayState, tokens: AccessTokens) -> FastAPI:
 
     @app.exception_handler(SandboxError)
     async def _sandbox_error(_: Request, exc: SandboxError) -> JSONResponse:
-        return _error(exc.http_status, exc.message)
+        if isinstance(exc, UnauthenticatedError):
+            return _error(401, f"{exc.message.partition(':')[0]}: set E2B_API_KEY (the SDK "
+                          "sends it as X-API-KEY) to a key of this gateway (`abx keys "
+                          "create --e2b`)")
+        reply = _error(exc.http_status, exc.message)
+        if exc.http_status == 429:  # a quota: the SDK's retries would only wait longer
+            reply.headers["Should-Retry"] = "false"
+        return reply
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
+        if first.get("type") == "json_invalid":
+            return _error(400, "the body must be JSON (Content-Type: application/json)")
         where = ".".join(str(p) for p in first.get("loc", ())[1:]) or "body"
         return _error(400, f"{where}: {first.get('msg', 'invalid request')}")
 
