@@ -4,36 +4,17 @@ docs/e2b.md tells a user to."""
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from e2bgateway import E2BGateway
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "server"))
-
-from agent_sandbox.server.keys import KeyStore  # noqa: E402
-from agent_sandbox.server.process import GatewayProcess  # noqa: E402
+from agent_sandbox.server.keys import KeyStore
+from agent_sandbox.server.process import GatewayProcess
 
 pytestmark = pytest.mark.integration
-
-
-@dataclass
-class E2BGateway:
-    proc: GatewayProcess
-    store: KeyStore
-    keys: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def url(self) -> str:
-        return self.proc.url
-
-    def env(self, who: str = "a") -> dict[str, str]:
-        """What a user sets to point E2B's SDKs here (docs/e2b.md)."""
-        return {"E2B_API_KEY": self.keys[who], "E2B_API_URL": self.url,
-                "E2B_SANDBOX_URL": self.url}
 
 
 @pytest.fixture(scope="session")

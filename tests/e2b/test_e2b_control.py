@@ -4,7 +4,7 @@ connect, kill; and tenancy: key B can neither see nor touch key A's sandbox."""
 from __future__ import annotations
 
 import pytest
-from conftest import E2BGateway
+from e2bgateway import E2BGateway
 
 pytestmark = pytest.mark.integration
 

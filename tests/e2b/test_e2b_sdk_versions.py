@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import E2BGateway
+from e2bgateway import E2BGateway
 from pipcache import python_with
 
 pytestmark = pytest.mark.integration

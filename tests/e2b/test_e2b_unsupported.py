@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from conftest import E2BGateway
+from e2bgateway import E2BGateway
 
 pytestmark = pytest.mark.integration
 

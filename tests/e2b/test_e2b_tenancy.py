@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import httpx2 as httpx
 import pytest
-from conftest import E2BGateway
+from e2bgateway import E2BGateway
 
 pytestmark = pytest.mark.integration
 
