@@ -208,7 +208,6 @@ def test_50mb_upload_is_streamed_and_byte_exact(e2b_gateway: E2BGateway,
 
     # Neither upload nor download was held whole: the gateway's peak grew by far less
     # than one copy of the file.
-    print('RSS peak MiB', before >> 20, _peak_rss(pid) >> 20)
     assert _peak_rss(pid) - before < size // 2, (before, _peak_rss(pid))
 
 
@@ -236,3 +235,98 @@ def test_symlink_out_of_the_tree_resolves_in_the_sandbox(e2b_gateway: E2BGateway
     files.write("/tmp/x", "replaced")  # replaces the link, in the sandbox
     assert files.read("/tmp/x") == "replaced"
     assert files.read("/etc/shadow") == shadow
+
+
+def _raw(gateway: E2BGateway, sb: Any) -> Any:
+    """A plain HTTP client addressed as the SDK addresses envd (single-URL mode)."""
+    import httpx2
+
+    return httpx2.Client(base_url=gateway.url, timeout=60, headers={
+        "E2b-Sandbox-Id": sb.sandbox_id, "E2b-Sandbox-Port": "49983",
+        "X-Access-Token": sb._envd_access_token})
+
+
+def test_bad_file_requests_get_envd_errors(e2b_gateway: E2BGateway, e2b_sandbox: Any) -> None:
+    with _raw(e2b_gateway, e2b_sandbox) as http:
+        missing = http.get("/files", params={"path": "/nope.txt"})
+        assert missing.status_code == 404
+        assert missing.json() == {"code": 404, "message": "/nope.txt: no such file or "
+                                                          "directory"}
+        assert http.get("/files").json()["message"].startswith("the 'path' query parameter")
+        assert http.get("/files", params={"path": "a", "username": "../x"}).status_code == 400
+        wrong = http.post("/files", params={"path": "/tmp/x"}, content=b"x",
+                          headers={"Content-Type": "text/plain"})
+        assert wrong.status_code == 415 and "octet-stream" in wrong.json()["message"]
+        form = {"Content-Type": "multipart/form-data; boundary=BB"}
+        cut = http.post("/files", content=b"--BB\r\nContent-Disposition: form-data; "
+                        b'name="file"; filename="/tmp/cut.txt"\r\n\r\npartial', headers=form)
+        assert cut.status_code == 400 and "ended" in cut.json()["message"]
+        junk = http.post("/files", content=b"not multipart at all", headers=form)
+        assert junk.status_code == 400
+        nameless = http.post("/files", content=b"--BB\r\nContent-Disposition: form-data; "
+                             b'name="file"\r\n\r\ndata\r\n--BB--\r\n', headers=form)
+        assert nameless.status_code == 400 and "filename" in nameless.json()["message"]
+        bomb = http.post("/files", params={"path": "/tmp/gz"}, content=b"\x1f\x8bnot gzip",
+                         headers={"Content-Type": "application/octet-stream",
+                                  "Content-Encoding": "gzip"})
+        assert bomb.status_code == 400 and "gzip" in bomb.json()["message"]
+        # A multipart body of two files (the JS SDK's shape), names as UTF-8.
+        two = http.post("/files", content=(
+            "--BB\r\nContent-Disposition: form-data; name=\"file\"; filename=\"/tmp/ü.txt\""
+            "\r\n\r\nuu\r\n--BB\r\nContent-Disposition: form-data; name=\"other\"\r\n\r\n"
+            "ignored\r\n--BB\r\nContent-Disposition: form-data; name=\"file\"; "
+            "filename=\"rel.txt\"\r\n\r\nrr\r\n--BB--\r\n").encode(), headers=form)
+        assert two.status_code == 200, two.text
+        assert two.json() == [{"name": "ü.txt", "type": "file", "path": "/tmp/ü.txt"},
+                              {"name": "rel.txt", "type": "file",
+                               "path": "/home/user/rel.txt"}]
+    assert e2b_sandbox.files.read("/tmp/ü.txt") == "uu"
+    assert e2b_sandbox.files.read("rel.txt", user="user") == "rr"
+    assert e2b_sandbox.files.get_info("~", user="root").path == "/root"
+
+
+def test_watchers_belong_to_their_sandbox(e2b_gateway: E2BGateway, e2b_sandbox: Any) -> None:
+    from e2b import Sandbox
+
+    handle = e2b_sandbox.files.watch_dir("/tmp")
+    other = Sandbox.create()
+    try:
+        with _raw(e2b_gateway, other) as http:
+            stolen = http.post("/filesystem.Filesystem/GetWatcherEvents",
+                               json={"watcherId": handle._watcher_id})
+            assert stolen.status_code == 404 and stolen.json()["code"] == "not_found"
+        with _raw(e2b_gateway, e2b_sandbox) as http:
+            mine = http.post("/filesystem.Filesystem/GetWatcherEvents",
+                             json={"watcherId": handle._watcher_id})
+            assert mine.status_code == 200, mine.text
+    finally:
+        other.kill()
+    handle.stop()
+    with _raw(e2b_gateway, e2b_sandbox) as http:
+        gone = http.post("/filesystem.Filesystem/GetWatcherEvents",
+                         json={"watcherId": handle._watcher_id})
+        assert gone.status_code == 404 and "stopped" in gone.json()["message"]
+
+
+def test_watchers_are_bounded(e2b_sandbox: Any) -> None:
+    """Each polling watcher holds a watch in the sandbox (the guest allows
+    WATCH_ACTIVE_MAX) and one of the key's slots: more is a clear error, and a stopped
+    one gives both back."""
+    from e2b import RateLimitException
+
+    from agent_sandbox.guest.limits import WATCH_ACTIVE_MAX
+
+    files = e2b_sandbox.files
+    handles = [files.watch_dir("/tmp") for _ in range(WATCH_ACTIVE_MAX)]
+    with pytest.raises(RateLimitException, match="watched already"):
+        files.watch_dir("/tmp")
+    for handle in handles:
+        handle.stop()
+
+    def again() -> Any:  # a stopped watch ends in the sandbox a moment later
+        try:
+            return files.watch_dir("/tmp")
+        except RateLimitException:
+            return None
+
+    _until(again, "a free watch").stop()
