@@ -200,6 +200,17 @@ def test_pty_create_input_resize_and_exit(sb: Any) -> None:
     assert "30 100" in text and "pty-42" in text
 
 
+def test_pty_connect_after_disconnect(sb: Any) -> None:
+    from e2b import PtySize
+
+    handle = sb.pty.create(PtySize(rows=24, cols=80))
+    handle.disconnect()  # the terminal keeps running; input attaches on its own
+    sb.pty.send_stdin(handle.pid, b"echo again-$((2+3)); exit\n")
+    output = bytearray()
+    result = sb.pty.connect(handle.pid).wait(on_pty=output.extend)
+    assert result.exit_code == 0 and b"again-5" in output
+
+
 def test_pty_kill(sb: Any) -> None:
     from e2b import PtySize
 

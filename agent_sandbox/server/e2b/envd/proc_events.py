@@ -28,7 +28,9 @@ from agent_sandbox.server.e2b.envd_pb.process import process_pb as pb
 from agent_sandbox.server.streaming import Emit, WorkFn, work_events
 
 KEEPALIVE_HEADER = "keepalive-ping-interval"  # seconds, from E2B's SDKs (they send 50)
-DEFAULT_KEEPALIVE = 50.0
+# At most this long between events: how soon a client gone from a silent process is
+# noticed (and its gateway thread freed). More often than the SDKs ask is harmless.
+MAX_KEEPALIVE = 15.0
 MIN_KEEPALIVE = 1.0
 Event = pb.ProcessEvent
 
@@ -36,12 +38,12 @@ Event = pb.ProcessEvent
 def keepalive_interval(ctx: RequestContext[Any, Any]) -> float:
     text = ctx.request_headers.get(KEEPALIVE_HEADER, "")
     try:
-        asked = float(text[:12]) if text else DEFAULT_KEEPALIVE
+        asked = float(text[:12]) if text else MAX_KEEPALIVE
     except ValueError:
-        asked = DEFAULT_KEEPALIVE
+        asked = MAX_KEEPALIVE
     if math.isnan(asked):
-        asked = DEFAULT_KEEPALIVE
-    return min(max(asked, MIN_KEEPALIVE), DEFAULT_KEEPALIVE)
+        asked = MAX_KEEPALIVE
+    return min(max(asked, MIN_KEEPALIVE), MAX_KEEPALIVE)
 
 
 def start_event(pid: int) -> Event:

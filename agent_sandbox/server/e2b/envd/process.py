@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import shlex
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AbstractContextManager, aclosing
 from typing import Any
 
@@ -33,7 +33,7 @@ from connectrpc.errors import ConnectError
 from connectrpc.request import RequestContext
 from protobuf import Oneof
 
-from agent_sandbox.errors import SandboxError
+from agent_sandbox.errors import NotFoundError, SandboxError
 from agent_sandbox.server.e2b import target
 from agent_sandbox.server.e2b.envd import paths
 from agent_sandbox.server.e2b.envd import proc_events as ev
@@ -265,9 +265,17 @@ class ProcessService(Process):
         if sig is None:
             raise _bad("signal must be SIGTERM or SIGKILL")
         provider, sid = found.provider, found.sandbox_id
-        kill: Callable[[], bool] = (
-            (lambda: provider.pty_kill(sid, pid, sig)) if record is not None and record.pty
-            else (lambda: provider.kill_process(sid, pid, sig)))
+
+        def kill() -> bool:
+            if record is not None and record.pty:
+                return provider.pty_kill(sid, pid, sig)
+            try:
+                return provider.kill_process(sid, pid, sig)
+            except NotFoundError:
+                if record is not None:
+                    raise
+                return provider.pty_kill(sid, pid, sig)  # a terminal this gateway forgot
+
         if not await blocking(kill, "SendSignal"):
             raise ConnectError(Code.NOT_FOUND, f"process {pid} has already ended")
         return pb.SendSignalResponse()
@@ -289,9 +297,9 @@ class ProcessService(Process):
         size = request.pty.size if request.pty is not None else None
         if size is None:
             raise _bad("Update needs pty.size (cols and rows): a terminal's new size")
-        if record is None or not record.pty:
-            raise _bad(f"process {pid} was not started on a terminal (pty) by this "
-                       "sandbox's envd: only terminals can be resized")
+        if record is not None and not record.pty:
+            raise _bad(f"process {pid} was not started on a terminal (pty): only terminals "
+                       "can be resized")
         await terminals.call(found, pid, record, lambda s: s.resize(size.cols, size.rows),
                              "Update")
         return pb.UpdateResponse()

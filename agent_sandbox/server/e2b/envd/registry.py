@@ -4,10 +4,11 @@ terminal (and the attachment a ``Start`` stream holds, for input and resizes), a
 timer that kills them at the ``Start`` call's deadline (envd's process lifetime: a client
 that only disconnects leaves its process running; its ``timeout`` ends it).
 
-Bounded: at most ``PER_SANDBOX`` records per sandbox and ``TOTAL`` in all (the oldest go
-first); a record goes when its process is seen to end, or ``List`` finds it gone. A
-forgotten process still runs and is still listed (from the sandbox's own process table),
-only without the config it was started with."""
+Bounded: at most ``PER_SANDBOX`` records and ``SANDBOX_BYTES`` per sandbox, ``TOTAL`` and
+``TOTAL_BYTES`` in all (the oldest go first); a record goes when its process is seen to
+end, or ``List`` finds it gone. A forgotten process still runs and is still listed (from
+the sandbox's own process table), without the config it was started with, nor its
+deadline (timers are bounded with the records)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ from agent_sandbox.pty_session import PtySession
 
 PER_SANDBOX = 512
 TOTAL = 8192
+# A request may carry 4 MiB of command and environment: kept per sandbox, and in all.
+SANDBOX_BYTES = 8 << 20
+TOTAL_BYTES = 256 << 20
 MAX_TAG = 256  # characters
 
 
@@ -38,23 +42,41 @@ class Record:
     session: PtySession | None = None  # the live attachment of a terminal's Start stream
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
 
+    @property
+    def size(self) -> int:
+        return (len(self.cmd) + len(self.cwd) + len(self.tag or "") + sum(map(len, self.args))
+                + sum(len(k) + len(v) for k, v in self.envs.items()) + 256)
+
 
 class Registry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._records: OrderedDict[tuple[str, int], Record] = OrderedDict()
+        self._bytes = 0  # what the records' strings take, roughly
 
     def add(self, record: Record) -> None:
+        key = (record.sandbox_id, record.pid)
         with self._lock:
-            key = (record.sandbox_id, record.pid)
-            old = self._records.pop(key, None)
+            dropped = [self._pop(key)] if key in self._records else []
             self._records[key] = record
+            self._bytes += record.size
             mine = [k for k in self._records if k[0] == record.sandbox_id]
-            evict = mine[:max(0, len(mine) - PER_SANDBOX)]
-            evict += list(self._records)[:max(0, len(self._records) - TOTAL - len(evict))]
-            dropped = [self._records.pop(k) for k in dict.fromkeys(evict) if k in self._records]
-        for gone in ([old] if old is not None else []) + dropped:
+            count, used = len(mine), sum(self._records[k].size for k in mine)
+            for k in mine[:-1]:  # the oldest first; never the new one
+                if count <= PER_SANDBOX and used <= SANDBOX_BYTES:
+                    break
+                gone = self._pop(k)
+                count, used = count - 1, used - gone.size
+                dropped.append(gone)
+            while len(self._records) > TOTAL or self._bytes > TOTAL_BYTES:
+                dropped.append(self._pop(next(iter(self._records))))
+        for gone in dropped:
             _cancel(gone)
+
+    def _pop(self, key: tuple[str, int]) -> Record:
+        record = self._records.pop(key)
+        self._bytes -= record.size
+        return record
 
     def get(self, sandbox_id: str, pid: int) -> Record | None:
         with self._lock:
@@ -78,7 +100,7 @@ class Registry:
             found = self._records.get((sandbox_id, pid))
             if found is None or (record is not None and found is not record):
                 return
-            del self._records[(sandbox_id, pid)]
+            self._pop((sandbox_id, pid))
         _cancel(found)
 
     def keep_only(self, sandbox_id: str, running: set[int]) -> None:
