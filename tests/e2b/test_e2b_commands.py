@@ -177,6 +177,17 @@ def test_unknown_process(sb: Any) -> None:
     assert sb.commands.kill(4_000_000) is False
 
 
+def test_bad_arguments_are_named(sb: Any) -> None:
+    from e2b import InvalidArgumentException, NotFoundException
+
+    with pytest.raises(InvalidArgumentException, match="account name"):
+        sb.commands.run("true", user="bad user")
+    with pytest.raises(NotFoundException, match="no user 'ghost'"):
+        sb.commands.run("true", user="ghost")
+    with pytest.raises(NotFoundException, match="/nope"):
+        sb.commands.run("true", cwd="/nope")
+
+
 def test_big_output_streams_through(sb: Any) -> None:
     chunks: list[str] = []
     result = sb.commands.run("head -c 3000000 /dev/zero | tr '\\0' a", retain_output=False,
