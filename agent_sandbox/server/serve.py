@@ -61,7 +61,10 @@ def serve(host: str = "127.0.0.1", port: int = 8080, api_keys_file: str | Path |
     sock = bind_tcp(host, port)  # a busy port fails here, before "serving on"
     try:
         config = uvicorn.Config(create_app(keys=keys, settings=settings),
-                                log_level=log_level, timeout_keep_alive=30)
+                                log_level=log_level, timeout_keep_alive=30,
+                                # Open streams (a command's output, a watch) would hold a
+                                # stop until they end: they get 5 s, then are cut.
+                                timeout_graceful_shutdown=5)
         print(f"abx gateway: serving on http://{host}:{port} (Ctrl-C stops it)",
               file=sys.stderr)
         uvicorn.Server(config).run(sockets=[sock])

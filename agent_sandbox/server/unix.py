@@ -135,7 +135,7 @@ def serve_unix(path: str | Path = DEFAULT_DAEMON_SOCKET, *, group: str = DAEMON_
                   f"mode {st.st_mode & 0o777:04o}; Ctrl-C stops it)", file=sys.stderr)
             app = PeerGuard(create_app(keys=keys, settings=settings), group)
             config = uvicorn.Config(app, http=PeerCredProtocol, log_level=log_level,
-                                    timeout_keep_alive=30)
+                                    timeout_keep_alive=30, timeout_graceful_shutdown=5)
             uvicorn.Server(config).run(sockets=[sock])
     except _Stopped:
         pass
