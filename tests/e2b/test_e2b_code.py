@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import threading
 from collections.abc import Iterator
 
 import httpx
 import pytest
-from conftest import E2BGateway
+from e2bgateway import E2BGateway
 
 pytestmark = pytest.mark.integration
 
@@ -205,3 +206,35 @@ def test_malformed_requests_get_clear_errors(ci: object, e2b_gateway: E2BGateway
         res = http.post("/execute", json={"code": "1"},
                         headers={"X-Access-Token": "wrong"})
         assert res.status_code == 401
+
+
+def test_a_running_cell_streams_and_holds_a_command_slot(e2b_gateway: E2BGateway,
+                                                         code_template: str) -> None:
+    """Output arrives while the cell runs; the cell holds one of its key's command slots
+    (a key with one is refused a second cell, 429) and gives it back when it ends."""
+    from e2b import SandboxException
+    from e2b_code_interpreter import Sandbox
+
+    _, key = e2b_gateway.store.create("ci-one-slot", e2b=True, max_sandboxes=1,
+                                      max_commands=1)
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in {**e2b_gateway.env("a"), "E2B_API_KEY": key}.items():
+            mp.setenv(name, value)
+        sb = Sandbox.create()
+    try:
+        running = threading.Event()
+        done: list[object] = []
+        cell = threading.Thread(target=lambda: done.append(sb.run_code(
+            "import os, time\nprint('waiting', flush=True)\n"
+            "while not os.path.exists('/tmp/release'): time.sleep(0.1)\n'released'",
+            on_stdout=lambda _: running.set(), timeout=120)))
+        cell.start()
+        assert running.wait(60), "no output while the cell ran"
+        with pytest.raises(SandboxException, match="429.*commands at once"):
+            sb.run_code("1")
+        sb.files.write("/tmp/release", "")
+        cell.join(60)
+        assert done and done[0].text == "released"
+        assert sb.run_code("1 + 1").text == "2"  # the slot came back with the cell's end
+    finally:
+        sb.kill()
