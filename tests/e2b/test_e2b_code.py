@@ -108,6 +108,20 @@ def test_env_vars_for_one_cell(ci: object) -> None:
     assert names.text == "[]"  # nothing of ours left in the user's namespace
 
 
+def test_cells_start_in_the_default_users_home_as_in_e2b(ci: object) -> None:
+    """envd puts a relative path in /home/user; a cell finds it there by the same name."""
+    ci.files.write("relative_e2b.txt", "found")
+    assert ci.run_code("open('relative_e2b.txt').read()").text == "found"
+    assert ci.run_code("import os\nos.chdir('/tmp')").error is None
+    assert ci.run_code("os.getcwd()").text == "/tmp"  # the user's own chdir holds
+    ci.restart_code_context("default")
+    assert ci.run_code("import os\nos.getcwd()").text == "/home/user"  # a new kernel: home
+    ctx = ci.create_code_context()
+    assert ctx.cwd == "/home/user"
+    assert ci.run_code("import os\nos.getcwd()", context=ctx).text == "/home/user"
+    ci.remove_code_context(ctx)
+
+
 def test_contexts(ci: object) -> None:
     from e2b import NotFoundException
 

@@ -9,12 +9,16 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import threading
 import time
+from collections import OrderedDict
 from typing import Any
 
 from agent_sandbox.cancel import detached
 from agent_sandbox.errors import InvalidArgumentError, SandboxError
 from agent_sandbox.models import Execution, Result
+from agent_sandbox.runtime.validate import DEFAULT_CONTEXT
+from agent_sandbox.server.e2b.envd.paths import DEFAULT_USER, home
 from agent_sandbox.server.e2b.target import Target
 from agent_sandbox.server.routes.code import outcome
 from agent_sandbox.server.streaming import Emit, WorkFn
@@ -25,9 +29,21 @@ _DONE = "abx_execution"
 # Client-side deadlines end a cell: the SDK's `timeout` closes the connection, which
 # interrupts it. This only bounds a client that waits for ever.
 _CELL_LIMIT = 24 * 3600.0
-_ENV_CELL_TIMEOUT = 30.0
+_SETUP_CELL_TIMEOUT = 60.0  # also what a kernel has to start (in the first)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}\Z")
 _MAX_ENV = 1 << 20
+# E2B's kernels start in its default user's home, where envd puts relative paths too
+# (files.write("data.csv") then open("data.csv") in a cell). Ours start in the template's
+# workdir: the default context is moved there once per kernel (a marker in the kernel says
+# it was; this process remembers which sandboxes it did, a bounded record that only saves
+# the extra cell), created contexts start there.
+HOME = home(DEFAULT_USER)
+_TO_HOME = ("(lambda os: None if getattr(os, '_abx_e2b_home', False) or not os.path.isdir("
+            f"{HOME!r}) else (os.chdir({HOME!r}), setattr(os, '_abx_e2b_home', True)) and None"
+            ")(__import__('os'))")
+_homed: OrderedDict[str, None] = OrderedDict()
+_homed_lock = threading.Lock()
+_MAX_HOMED = 4096
 
 
 def env_vars(value: Any) -> dict[str, str]:
@@ -61,6 +77,32 @@ def _env_cells(env: dict[str, str]) -> tuple[str, str]:
     return setup, restore
 
 
+def make_home(found: Target) -> str:
+    """The default user's home, made if the sandbox has none yet (the guest makes the
+    account and its home on its first use)."""
+    found.provider.run(found.sandbox_id, "true", timeout=60, user=DEFAULT_USER)
+    return HOME
+
+
+def forget_home(sandbox_id: str) -> None:
+    """The default context's kernel is a new one: move it home again before its next cell."""
+    with _homed_lock:
+        _homed.pop(sandbox_id, None)
+
+
+def _go_home(found: Target, ctx: str) -> None:
+    with _homed_lock:
+        if ctx != DEFAULT_CONTEXT or found.sandbox_id in _homed:
+            return
+    with contextlib.suppress(SandboxError):  # no home: the cell below leaves the cwd be
+        make_home(found)
+    found.provider.run_code(found.sandbox_id, _TO_HOME, timeout=_SETUP_CELL_TIMEOUT)
+    with _homed_lock:
+        _homed[found.sandbox_id] = None
+        while len(_homed) > _MAX_HOMED:
+            _homed.popitem(last=False)
+
+
 def work(found: Target, code: str, ctx: str, env: dict[str, str]) -> WorkFn:
     """The cell as ``work_events`` work: its output as it comes, the execution last."""
     provider, sandbox_id = found.provider, found.sandbox_id
@@ -68,8 +110,9 @@ def work(found: Target, code: str, ctx: str, env: dict[str, str]) -> WorkFn:
 
     def run(emit: Emit) -> dict[str, Any]:
         emit(_STARTED)
+        _go_home(found, ctx)
         if env:
-            done = provider.run_code(sandbox_id, setup, timeout=_ENV_CELL_TIMEOUT, context=ctx)
+            done = provider.run_code(sandbox_id, setup, timeout=_SETUP_CELL_TIMEOUT, context=ctx)
             if done.error is not None:
                 return {"type": _DONE, "execution": done}
         try:
@@ -86,9 +129,11 @@ def work(found: Target, code: str, ctx: str, env: dict[str, str]) -> WorkFn:
                 # Also after the client left (the cell was interrupted); a kernel gone by
                 # now took the variables with it.
                 with detached(), contextlib.suppress(SandboxError):
-                    provider.run_code(sandbox_id, restore, timeout=_ENV_CELL_TIMEOUT,
+                    provider.run_code(sandbox_id, restore, timeout=_SETUP_CELL_TIMEOUT,
                                       context=ctx)
         found.state.metrics.code_run(outcome(execution))
+        if execution.kernel_restarted and ctx == DEFAULT_CONTEXT:
+            forget_home(sandbox_id)
         return {"type": _DONE, "execution": execution}
 
     return run

@@ -155,8 +155,8 @@ async def _create_context(request: Request) -> JSONResponse:
 
     def create() -> CodeContext:
         _check_kernel(found)
-        return found.provider.create_code_context(found.sandbox_id, cwd=cwd,
-                                                  language=language)
+        return found.provider.create_code_context(
+            found.sandbox_id, cwd=cwd or cells.make_home(found), language=language)
 
     return JSONResponse(_context(await _blocking(create)))
 
@@ -178,6 +178,8 @@ async def _remove_context(request: Request) -> Response:
         _check_kernel(found)
         ctx = _context_id(request.path_params["context_id"], found)
         found.provider.remove_code_context(found.sandbox_id, ctx)
+        if ctx == validate.DEFAULT_CONTEXT:
+            cells.forget_home(found.sandbox_id)
 
     await _blocking(remove)
     return Response(status_code=204)
@@ -190,6 +192,8 @@ async def _restart_context(request: Request) -> Response:
         _check_kernel(found)
         ctx = _context_id(request.path_params["context_id"], found)
         found.provider.restart_code_context(found.sandbox_id, ctx)
+        if ctx == validate.DEFAULT_CONTEXT:
+            cells.forget_home(found.sandbox_id)
 
     await _blocking(restart)
     return Response(status_code=204)
