@@ -36,7 +36,7 @@ _STREAM_DOC: dict[int | str, dict[str, Any]] = {200: {
         _event("error", {"$ref": "#/components/schemas/ErrorBody"})]}}}}}
 
 
-def _outcome(execution: Execution) -> str:
+def outcome(execution: Execution) -> str:
     if execution.error is None:
         return "ok"
     return "timeout" if execution.error.name == "TimeoutError" else "error"
@@ -61,7 +61,7 @@ async def run_code(sandbox_id: SandboxId, body: RunCode, state: State,
         except SandboxError:
             state.metrics.code_run("failed")
             raise
-        state.metrics.code_run(_outcome(execution))
+        state.metrics.code_run(outcome(execution))
         return execution
 
     if body.stream:
@@ -103,4 +103,13 @@ def restart_code_context(sandbox_id: SandboxId, context_id: ContextId,
                          state: State) -> Response:
     """A fresh kernel for the context: its variables are lost, its cwd kept."""
     state.provider.restart_code_context(sandbox_id, context_id)
+    return Response(status_code=204)
+
+
+@router.delete("/contexts/{context_id}", status_code=204)
+def remove_code_context(sandbox_id: SandboxId, context_id: ContextId,
+                        state: State) -> Response:
+    """End the context's kernel and forget the context (`default` comes back, fresh, with
+    the next cell that names no context)."""
+    state.provider.remove_code_context(sandbox_id, context_id)
     return Response(status_code=204)
