@@ -389,13 +389,9 @@ class CreateCodeContext(_Body):
     user: UserName | None = None
 
 
-class PathBody(_Body):
+class MakeDir(_Body):
     path: AbsolutePath
-
-
-class MakeDirBody(PathBody):
-    user: UserName | None = Field(None, description="the account the directories made "
-                                  "belong to (default root)")
+    user: UserName | None = Field(None, description="owner of the directories made")
 
 
 class RenameBody(_Body):

@@ -18,7 +18,7 @@ from agent_sandbox.server.schemas import (
     MAX_MODE,
     WRITE_SPARE,
     Exists,
-    MakeDirBody,
+    MakeDir,
     RenameBody,
     Written,
     absolute,
@@ -91,7 +91,7 @@ def exists(sandbox_id: SandboxId, state: State, path: FilePath) -> Exists:
 
 
 @router.post("/mkdir", status_code=204)
-def make_dir(sandbox_id: SandboxId, state: State, body: MakeDirBody) -> Response:
+def make_dir(sandbox_id: SandboxId, state: State, body: MakeDir) -> Response:
     state.provider.make_dir(sandbox_id, body.path, user=body.user)
     return Response(status_code=204)
 
