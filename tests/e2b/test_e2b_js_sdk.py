@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import E2BGateway
+from e2bgateway import E2BGateway
 from npmcache import node_packages
 
 pytestmark = pytest.mark.integration
@@ -57,6 +57,12 @@ def test_create_list_set_timeout(sdk: Steps) -> None:
     assert created["metadata"] == {"purpose": "js-sdk"}
     assert ok(sdk, "list")["listed"]
     assert ok(sdk, "set_timeout")["running"]
+
+
+def test_update_network(sdk: Steps) -> None:
+    """An allowlist is applied; E2B's options with no counterpart are refused by name."""
+    refused = ok(sdk, "update_network")["refused"]["raised"]
+    assert "maskRequestHost" in refused["message"] and "not supported" in refused["message"]
 
 
 def test_run_with_callbacks(sdk: Steps) -> None:
@@ -162,8 +168,7 @@ def test_unsupported_calls_say_so(node_dir: Path, e2b_gateway: E2BGateway) -> No
     docs/e2b.md, not a misleading "sandbox not found" (the SDKs' reading of a 404)."""
     steps = flow(node_dir, e2b_gateway, "unsupported")
     ok(steps, "create")
-    for name in ("getMetrics", "createSnapshot", "listSnapshots", "fork", "updateNetwork",
-                 "templateExists", "templateBuild", "volumeList", "secretCreate"):
+    for name in ("getMetrics", "createSnapshot", "listSnapshots", "fork", "templateExists", "templateBuild", "volumeList", "secretCreate"):
         raised = ok(steps, name).get("raised")
         assert raised and raised["message"].startswith("501: "), (name, steps[name])
         assert "not supported" in raised["message"] and "docs/e2b.md" in raised["message"]

@@ -70,6 +70,11 @@ async function sdk() {
     await sbx.setTimeout(300_000)
     return { running: await sbx.isRunning() }
   })
+  await step('update_network', async () => {
+    await sbx.updateNetwork({ allowOut: ['pypi.org'] })
+    return { refused: await outcome(() => Sandbox.create({ network: {
+      allowOut: ['pypi.org'], maskRequestHost: '${PORT}.internal' } })) }
+  })
   await step('run', async () => {
     const out = [], err = []
     const r = await sbx.commands.run('echo out; echo err >&2', {
@@ -245,7 +250,6 @@ async function unsupported() {
       createSnapshot: () => sbx.createSnapshot(),
       listSnapshots: () => sbx.listSnapshots().nextItems(),
       fork: () => sbx.fork(),
-      updateNetwork: () => sbx.updateNetwork({ allowOut: ['example.com'] }),
       getMcpToken: () => sbx.getMcpToken(),
       templateExists: () => Template.exists('base'),
       templateBuild: () => Template.build(Template().fromBaseImage(), 'abx-js-unsupported'),
