@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from agent_sandbox.errors import ResourceExhaustedError, SandboxError
+from agent_sandbox.models import FilesystemEvent
 from agent_sandbox.server.errors import log
 from agent_sandbox.watch import EventQueue, WatchStream
 
@@ -100,26 +101,34 @@ class Relay:
             except RuntimeError:  # the loop is closed: nobody reads any more
                 pass
 
+    async def batches(self) -> AsyncIterator[list[FilesystemEvent]]:
+        """The events as they come, in batches; an empty batch after each ``KEEPALIVE``
+        seconds of quiet. Ends once the watch ended and its events were taken (``error``
+        then says whether it failed). Holds no thread while it waits."""
+        while True:
+            events = self.queue.drain(_BATCH)
+            if events:
+                yield events
+                continue
+            if self.queue.finished:
+                return
+            self._wake.clear()
+            self._waiting = True
+            if len(self.queue) or self.queue.finished:  # came meanwhile
+                self._waiting = False
+                continue
+            try:
+                await asyncio.wait_for(self._wake.wait(), KEEPALIVE)
+            except TimeoutError:
+                self._waiting = False
+                yield []
+
     async def sse(self) -> AsyncIterator[bytes]:
         try:
             yield _message({"backend": self.stream.backend}, "ready")
-            while True:
-                events = self.queue.drain(_BATCH)
-                if events:
-                    yield b"".join(_message(e.model_dump(exclude_none=True)) for e in events)
-                    continue
-                if self.queue.finished:
-                    break
-                self._wake.clear()
-                self._waiting = True
-                if len(self.queue) or self.queue.finished:  # came meanwhile
-                    self._waiting = False
-                    continue
-                try:
-                    await asyncio.wait_for(self._wake.wait(), KEEPALIVE)
-                except TimeoutError:
-                    self._waiting = False
-                    yield b": keepalive\n\n"
+            async for events in self.batches():
+                yield b"".join(_message(e.model_dump(exclude_none=True)) for e in events) \
+                    if events else b": keepalive\n\n"
             if self.error is not None:
                 yield _message(self.error.to_dict(), "error")
             else:
