@@ -161,6 +161,11 @@ class GuestOps:
         ctx = context.id if isinstance(context, CodeContext) else context
         self._sandboxes.code.restart_context(sandbox_id, ctx)
 
+    def remove_code_context(self, sandbox_id: str, context: str | CodeContext) -> None:
+        """End the context's kernel and forget the context."""
+        ctx = context.id if isinstance(context, CodeContext) else context
+        self._sandboxes.code.remove_context(sandbox_id, ctx)
+
     def list_code_contexts(self, sandbox_id: str) -> list[CodeContext]:
         return self._sandboxes.code.list_contexts(sandbox_id)
 

@@ -159,6 +159,21 @@ class Kernels:
             self._stop(sandbox_id, ctx, state)
             self._start(sandbox_id, row, tmpl, state)
 
+    def remove_context(self, sandbox_id: str, context: str) -> None:
+        """Stop the context's kernel and forget the context (``default`` comes back, fresh,
+        with the next cell that names no context)."""
+        ctx = validate.code_context(context)
+        row = self.host.row(sandbox_id)
+        self._kernel_template(row)
+        with self._lock((sandbox_id, ctx)):
+            state = self.files.load(sandbox_id, ctx)
+            if state is None:
+                raise NotFoundError(f"code context {ctx!r} not found in sandbox {sandbox_id} "
+                                    "(see list_code_contexts)")
+            self.host.guest(sandbox_id, row)  # resumes a paused sandbox: its kernel ends too
+            self._stop(sandbox_id, ctx, state)
+            (self.files.state_dir(sandbox_id) / f"{ctx}.json").unlink(missing_ok=True)
+
     def list_contexts(self, sandbox_id: str) -> list[CodeContext]:
         self.host.row(sandbox_id)
         out = []

@@ -195,6 +195,10 @@ class Sandbox:
         are lost."""
         code_provider(self._provider).restart_code_context(self.sandbox_id, context)
 
+    def remove_code_context(self, context: CodeContext | str) -> None:
+        """End a context's kernel and forget the context (its variables are lost)."""
+        code_provider(self._provider).remove_code_context(self.sandbox_id, context)
+
     def list_code_contexts(self) -> list[CodeContext]:
         """The sandbox's code contexts (``default`` is listed once it has run a cell)."""
         return code_provider(self._provider).list_code_contexts(self.sandbox_id)

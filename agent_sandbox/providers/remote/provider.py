@@ -296,6 +296,10 @@ class RemoteProvider:
         self._call("POST", self._sb(sandbox_id, f"/code/contexts/{ctx}/restart"),
                    replayable=False)
 
+    def remove_code_context(self, sandbox_id: str, context: str | CodeContext) -> None:
+        ctx = _validate().code_context(context)
+        self._call("DELETE", self._sb(sandbox_id, f"/code/contexts/{ctx}"), replayable=False)
+
     def list_code_contexts(self, sandbox_id: str) -> list[CodeContext]:
         return [CodeContext(**c) for c in self._call("GET", self._sb(sandbox_id,
                                                                      "/code/contexts"))]

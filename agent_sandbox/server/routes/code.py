@@ -104,3 +104,12 @@ def restart_code_context(sandbox_id: SandboxId, context_id: ContextId,
     """A fresh kernel for the context: its variables are lost, its cwd kept."""
     state.provider.restart_code_context(sandbox_id, context_id)
     return Response(status_code=204)
+
+
+@router.delete("/contexts/{context_id}", status_code=204)
+def remove_code_context(sandbox_id: SandboxId, context_id: ContextId,
+                        state: State) -> Response:
+    """End the context's kernel and forget the context (`default` comes back, fresh, with
+    the next cell that names no context)."""
+    state.provider.remove_code_context(sandbox_id, context_id)
+    return Response(status_code=204)
