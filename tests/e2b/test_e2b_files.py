@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import E2BGateway
+from e2bgateway import E2BGateway
 
 pytestmark = pytest.mark.integration
 
