@@ -1,0 +1,141 @@
+"""A process's life as envd's ``ProcessEvent`` stream: its output (stdout/stderr, or a
+terminal's bytes) as it comes, then its end; KeepAlive events while it is silent.
+
+Output goes through ``streaming.work_events`` (a bounded queue: a slow client makes the
+process's output wait, never pile up here). The keepalives are what lets the gateway see
+a client that went away from a silent process (Connect servers notice a disconnect only
+when they write), so the thread following it does not wait forever."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from connectrpc.errors import ConnectError
+from connectrpc.request import RequestContext
+from protobuf import Oneof
+
+from agent_sandbox import cancel
+from agent_sandbox.errors import SandboxError
+from agent_sandbox.providers.base import Provider
+from agent_sandbox.pty_session import PtySession
+from agent_sandbox.server.e2b.envd.errors import connect_error, unexpected
+from agent_sandbox.server.e2b.envd_pb.process import process_pb as pb
+from agent_sandbox.server.streaming import Emit, WorkFn, work_events
+
+KEEPALIVE_HEADER = "keepalive-ping-interval"  # seconds, from E2B's SDKs (they send 50)
+DEFAULT_KEEPALIVE = 50.0
+MIN_KEEPALIVE = 1.0
+Event = pb.ProcessEvent
+
+
+def keepalive_interval(ctx: RequestContext[Any, Any]) -> float:
+    text = ctx.request_headers.get(KEEPALIVE_HEADER, "")
+    try:
+        asked = float(text[:12]) if text else DEFAULT_KEEPALIVE
+    except ValueError:
+        asked = DEFAULT_KEEPALIVE
+    if math.isnan(asked):
+        asked = DEFAULT_KEEPALIVE
+    return min(max(asked, MIN_KEEPALIVE), DEFAULT_KEEPALIVE)
+
+
+def start_event(pid: int) -> Event:
+    return Event(event=Oneof("start", Event.StartEvent(pid=pid)))
+
+
+def end_event(exit_code: int) -> Event:
+    # Our exit codes are 128+N for a signal N: envd's "exited" and "signal: ..." status
+    # cannot be told from them, so every end reads as an exit with that code.
+    return Event(event=Oneof("end", Event.EndEvent(exit_code=exit_code, exited=True,
+                                                   status=f"exit status {exit_code}")))
+
+
+def _data(kind: str, data: bytes) -> Event:
+    return Event(event=Oneof("data", Event.DataEvent(output=Oneof(kind, data))))
+
+
+_KEEPALIVE = Event(event=Oneof("keepalive", Event.KeepAlive()))
+
+
+def wait_work(provider: Provider, sandbox_id: str, pid: int) -> WorkFn:
+    """Follow a process: its output so far (the sandbox keeps a bounded tail), then as it
+    comes, then its exit code. The provider hands output over as text: bytes that are not
+    UTF-8 arrive as U+FFFD."""
+    def work(emit: Emit) -> dict[str, Any]:
+        result = provider.wait(sandbox_id, pid,
+                               on_stdout=lambda text: emit({"stdout": text}),
+                               on_stderr=lambda text: emit({"stderr": text}))
+        return {"end": result.exit_code}
+    return work
+
+
+def pty_work(open_session: Callable[[Callable[[bytes], None]], PtySession],
+             on_open: Callable[[PtySession], None]) -> WorkFn:
+    """Start (or attach to) a terminal: its pid first (``on_open`` is told, before any of
+    its output goes out), its bytes as they come, its exit code. The attachment detaches
+    when the client goes (the terminal keeps running)."""
+    def work(emit: Emit) -> dict[str, Any]:
+        opened = threading.Event()
+
+        def on_data(data: bytes) -> None:
+            opened.wait()
+            emit({"pty": data})
+
+        try:
+            session = open_session(on_data)
+            on_open(session)
+            emit({"pid": session.pid})
+        finally:
+            opened.set()
+        call = cancel.current()
+        if call is not None:
+            call.register(session.close)
+        return {"end": session.wait()}
+    return work
+
+
+async def events(work: WorkFn, interval: float) -> AsyncIterator[Event]:
+    """``work``'s events as envd's, a KeepAlive after each ``interval`` seconds of
+    silence; a failure is raised as a ConnectError."""
+    source = work_events(work).__aiter__()
+    pending: asyncio.Future[dict[str, Any]] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(source.__anext__())
+            done, _ = await asyncio.wait({pending}, timeout=interval)
+            if not done:
+                yield _KEEPALIVE
+                continue
+            item, pending = pending, None
+            try:
+                event = item.result()
+            except StopAsyncIteration:
+                return
+            if "end" in event:
+                yield end_event(event["end"])
+                return
+            if "pid" in event:
+                yield start_event(event["pid"])
+            elif "pty" in event:
+                yield _data("pty", event["pty"])
+            else:
+                kind = "stdout" if "stdout" in event else "stderr"
+                yield _data(kind, event[kind].encode())
+    except ConnectError:
+        raise
+    except SandboxError as exc:
+        raise connect_error(exc) from None
+    except Exception as exc:  # noqa: BLE001 - INTERNAL for the client, not a traceback
+        raise unexpected(exc, "a process stream") from None
+    finally:
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
+        await source.aclose()
