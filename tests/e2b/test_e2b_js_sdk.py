@@ -99,6 +99,10 @@ def test_send_stdin(sdk: Steps) -> None:
     assert ok(sdk, "stdin")["stdout"] == "first\nsecond\n"
 
 
+def test_pty(sdk: Steps) -> None:
+    assert ok(sdk, "pty") == {**sdk["pty"], "answered": True, "killed": True}
+
+
 def test_files(sdk: Steps) -> None:
     seen = ok(sdk, "files")
     assert seen["writtenPath"] == "/tmp/js/a.txt" and seen["text"] == "hello from js"
@@ -168,7 +172,8 @@ def test_unsupported_calls_say_so(node_dir: Path, e2b_gateway: E2BGateway) -> No
     docs/e2b.md, not a misleading "sandbox not found" (the SDKs' reading of a 404)."""
     steps = flow(node_dir, e2b_gateway, "unsupported")
     ok(steps, "create")
-    for name in ("getMetrics", "createSnapshot", "listSnapshots", "fork", "templateExists", "templateBuild", "volumeList", "secretCreate"):
+    for name in ("getMetrics", "createSnapshot", "listSnapshots", "fork", "templateExists",
+                 "templateBuild", "volumeList", "secretCreate"):
         raised = ok(steps, name).get("raised")
         assert raised and raised["message"].startswith("501: "), (name, steps[name])
         assert "not supported" in raised["message"] and "docs/e2b.md" in raised["message"]

@@ -119,6 +119,16 @@ async function sdk() {
     const r = await h.wait()
     return { stdout: r.stdout }
   })
+  await step('pty', async () => {
+    const seen = []
+    const term = await sbx.pty.create({ cols: 80, rows: 24,
+                                        onData: (d) => seen.push(Buffer.from(d).toString()) })
+    await sbx.pty.sendInput(term.pid, new TextEncoder().encode('echo $((6*7))\n'))
+    for (let i = 0; i < 100 && !seen.join('').includes('42'); i++) await sleep(100)
+    await sbx.pty.resize(term.pid, { cols: 100, rows: 30 })
+    const killed = await sbx.pty.kill(term.pid)
+    return { answered: seen.join('').includes('42'), killed }
+  })
   await step('files', async () => {
     await sbx.files.makeDir('/tmp/js/sub')
     const written = await sbx.files.write('/tmp/js/a.txt', 'hello from js')
