@@ -260,11 +260,11 @@ async function unsupported() {
       createSnapshot: () => sbx.createSnapshot(),
       listSnapshots: () => sbx.listSnapshots().nextItems(),
       fork: () => sbx.fork(),
-      getMcpToken: () => sbx.getMcpToken(),
       templateExists: () => Template.exists('base'),
       templateBuild: () => Template.build(Template().fromBaseImage(), 'abx-js-unsupported'),
       volumeList: () => Volume.list(),
       secretCreate: () => Secret.create('abx-js-unsupported', 'value'),
+      mcp: () => Sandbox.create({ mcp: { exa: { apiKey: 'x' } } }),
     }
     for (const [name, call] of Object.entries(calls)) {
       await step(name, () => outcome(call))
