@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # typing costs ~5 ms of startup; annotations are strings anyw
     Req = Dict[str, Any]
 
 if __package__:
-    from . import checks
+    from . import checks, users
     from . import protocol as proto
     from .conn import Conn
     from .errors import GuestError, bad, file_kind, os_error
@@ -21,6 +21,7 @@ if __package__:
 else:  # imported by agent.py from the guest's directory
     import checks  # type: ignore[no-redef]
     import protocol as proto  # type: ignore[no-redef]
+    import users  # type: ignore[no-redef]
     from conn import Conn  # type: ignore[no-redef]
     from errors import GuestError, bad, file_kind, os_error  # type: ignore[no-redef]
     from limits import LIST_CAP, LIST_JSON_CAP, STREAM_TIMEOUT  # type: ignore[no-redef]
@@ -62,10 +63,33 @@ def _send_file(conn: Conn, fd: int, limit: Optional[int], path: str) -> int:
     return sent
 
 
+def _owner(req: Req) -> Optional[users.Account]:
+    """Whom a new file or directory is for (``user``; None: root, as before)."""
+    name = users.check_name(req.get("user"))
+    return users.lookup(name) if name is not None else None
+
+
+def _make_dirs(path: str, mode: int, owner: Optional[users.Account]) -> None:
+    """``os.makedirs``, each directory it makes given to ``owner`` (what existed keeps
+    its owner)."""
+    missing = []
+    while path and not os.path.lexists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, mode)
+        except FileExistsError:
+            continue
+        if owner is not None:
+            os.lchown(directory, owner.uid, owner.gid)
+
+
 def op_write(conn: Conn, req: Req) -> None:
     path = checks.path(req)
     mode = int(checks.integer(req, "mode", 0o644, 0, 0o7777) or 0)
     append = bool(req.get("append"))
+    owner = _owner(req)
     try:
         mode_now = os.stat(path).st_mode
     except OSError:
@@ -75,10 +99,11 @@ def op_write(conn: Conn, req: Req) -> None:
         raise bad(f"{path}: is a {file_kind(mode_now)}; files.write writes regular files")
     parent = os.path.dirname(path)
     try:
-        os.makedirs(parent, exist_ok=True)
+        _make_dirs(parent, 0o755, owner)
     except OSError as exc:
         raise os_error(exc, parent) from None
-    size = _write_append(conn, path, mode) if append else _write_atomic(conn, path, mode)
+    size = (_write_append(conn, path, mode, owner) if append
+            else _write_atomic(conn, path, mode, owner))
     conn.done(size=size)
 
 
@@ -99,7 +124,7 @@ def _receive_into(conn: Conn, fd: int, path: str) -> int:
             return size
 
 
-def _write_append(conn: Conn, path: str, mode: int) -> int:
+def _write_append(conn: Conn, path: str, mode: int, owner: Optional[users.Account]) -> int:
     flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
     try:
         created = False
@@ -113,12 +138,14 @@ def _write_append(conn: Conn, path: str, mode: int) -> int:
     try:
         if created:
             os.fchmod(fd, mode)  # bypass the umask, like the atomic path does
+            if owner is not None:
+                os.fchown(fd, owner.uid, owner.gid)
         return _receive_into(conn, fd, path)
     finally:
         os.close(fd)
 
 
-def _write_atomic(conn: Conn, path: str, mode: int) -> int:
+def _write_atomic(conn: Conn, path: str, mode: int, owner: Optional[users.Account]) -> int:
     directory, name = os.path.split(path)
     tmp = os.path.join(directory, f".{name}.abx-{os.urandom(6).hex()}")
     try:
@@ -132,7 +159,7 @@ def _write_atomic(conn: Conn, path: str, mode: int) -> int:
         try:
             size = _receive_into(conn, fd, path)
             os.fchmod(fd, mode)
-            _keep_owner(fd, path)
+            _keep_owner(fd, path, owner)
         finally:
             os.close(fd)
         try:
@@ -148,11 +175,14 @@ def _write_atomic(conn: Conn, path: str, mode: int) -> int:
     return size
 
 
-def _keep_owner(fd: int, path: str) -> None:
-    """Replacing a file must not silently hand it over to root."""
+def _keep_owner(fd: int, path: str, owner: Optional[users.Account]) -> None:
+    """Replacing a file must not silently hand it over to root; a new one is ``owner``'s."""
     try:
         st = os.lstat(path)
         os.fchown(fd, st.st_uid, st.st_gid)
+    except FileNotFoundError:
+        if owner is not None:
+            os.fchown(fd, owner.uid, owner.gid)
     except OSError:
         pass
 
@@ -210,12 +240,15 @@ def op_mkdir(conn: Conn, req: Req) -> None:
     path = checks.path(req)
     mode = int(checks.integer(req, "mode", 0o755, 0, 0o7777) or 0)
     try:
+        owner = _owner(req)
         if req.get("parents", True):
             if os.path.lexists(path) and not os.path.isdir(path):
                 raise bad(f"{path}: exists and is not a directory")
-            os.makedirs(path, mode, exist_ok=True)
+            _make_dirs(path, mode, owner)
         else:
             os.mkdir(path, mode)
+            if owner is not None:
+                os.lchown(path, owner.uid, owner.gid)
     except OSError as exc:
         raise os_error(exc, path) from None
     conn.done()

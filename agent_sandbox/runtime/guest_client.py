@@ -278,9 +278,11 @@ class GuestClient:
         data: bytes | Iterable[bytes] | BinaryIO,
         mode: int = 0o644,
         append: bool = False,
+        user: str | None = None,
     ) -> int:
-        """Upload a file (atomically replaced unless append). Returns bytes written."""
-        req = {"op": "write", "path": path, "mode": mode, "append": append}
+        """Upload a file (atomically replaced unless append). Returns bytes written. A new
+        file, and the directories made for it, belong to ``user`` (None: root)."""
+        req = {"op": "write", "path": path, "mode": mode, "append": append, "user": user}
         return int(field(self._send_stream(req, data), "size", int))
 
     def read_tar(self, path: str) -> ReadStream:
@@ -331,8 +333,8 @@ class GuestClient:
     def exists(self, path: str) -> bool:
         return field(self._call({"op": "exists", "path": path}), "exists", bool)
 
-    def mkdir(self, path: str, parents: bool = True) -> None:
-        self._call({"op": "mkdir", "path": path, "parents": parents})
+    def mkdir(self, path: str, parents: bool = True, user: str | None = None) -> None:
+        self._call({"op": "mkdir", "path": path, "parents": parents, "user": user})
 
     def remove(self, path: str, recursive: bool = True) -> None:
         self._call({"op": "remove", "path": path, "recursive": recursive})

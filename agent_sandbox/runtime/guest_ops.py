@@ -180,13 +180,15 @@ class GuestOps:
             sandbox_id, lambda g: g.read(path, offset=offset, limit=limit))
 
     def write_file(self, sandbox_id: str, path: str,
-                   data: bytes | str | Iterable[bytes] | IO[bytes], mode: int = 0o644) -> int:
+                   data: bytes | str | Iterable[bytes] | IO[bytes], mode: int = 0o644,
+                   user: str | None = None) -> int:
         path = validate.path(path)
+        user = validate.user(user)
         if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o7777:
             raise InvalidArgumentError(f"mode must be a permission number such as 0o644, "
                                        f"got {mode!r}")
         payload = data.encode() if isinstance(data, str) else data
-        return self._call(sandbox_id, lambda g: g.write(path, payload, mode=mode))
+        return self._call(sandbox_id, lambda g: g.write(path, payload, mode=mode, user=user))
 
     def list_files(self, sandbox_id: str, path: str, depth: int = 1) -> list[EntryInfo]:
         path = validate.path(path)
@@ -201,9 +203,10 @@ class GuestOps:
         path = validate.path(path)
         return self._call(sandbox_id, lambda g: g.exists(path))
 
-    def make_dir(self, sandbox_id: str, path: str) -> None:
+    def make_dir(self, sandbox_id: str, path: str, user: str | None = None) -> None:
         path = validate.path(path)
-        self._call(sandbox_id, lambda g: g.mkdir(path, parents=True))
+        user = validate.user(user)
+        self._call(sandbox_id, lambda g: g.mkdir(path, parents=True, user=user))
 
     def remove(self, sandbox_id: str, path: str) -> None:
         path = validate.path(path)

@@ -63,12 +63,14 @@ class Files:
             ) from None
 
     def write(self, path: str, data: str | bytes | Iterable[bytes] | IO[bytes],
-              mode: int = 0o644) -> int:
+              mode: int = 0o644, user: str | None = None) -> int:
         """Write (create or replace) a file, making parent directories; returns its size.
 
-        ``data`` may be a file object or an iterable of chunks: it is streamed.
+        ``data`` may be a file object or an iterable of chunks: it is streamed. A new file
+        and the directories made for it belong to ``user`` (default root), so a command
+        run as that user can change them; a replaced file keeps its owner.
         """
-        return self._provider.write_file(self._sandbox_id, path, data, mode=mode)
+        return self._provider.write_file(self._sandbox_id, path, data, mode=mode, user=user)
 
     def list(self, path: str = "/workspace", depth: int = 1) -> list[EntryInfo]:
         return self._provider.list_files(self._sandbox_id, path, depth=depth)
@@ -79,8 +81,9 @@ class Files:
     def stat(self, path: str) -> EntryInfo:
         return self._provider.stat(self._sandbox_id, path)
 
-    def make_dir(self, path: str) -> None:
-        self._provider.make_dir(self._sandbox_id, path)
+    def make_dir(self, path: str, user: str | None = None) -> None:
+        """Make a directory and its parents; those made belong to ``user`` (default root)."""
+        self._provider.make_dir(self._sandbox_id, path, user=user)
 
     def remove(self, path: str) -> None:
         self._provider.remove(self._sandbox_id, path)

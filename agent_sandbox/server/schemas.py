@@ -393,6 +393,11 @@ class PathBody(_Body):
     path: AbsolutePath
 
 
+class MakeDirBody(PathBody):
+    user: UserName | None = Field(None, description="the account the directories made "
+                                  "belong to (default root)")
+
+
 class RenameBody(_Body):
     src: Annotated[str, Field(json_schema_extra=path_schema(file=True)),
                    absolute("source path", file=True)]

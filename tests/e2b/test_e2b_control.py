@@ -68,3 +68,20 @@ def test_network_options_map_to_policies_within_the_ceiling(e2b_env: E2BGateway)
         assert plain.get_info().allow_internet_access is False  # off unless asked
     finally:
         plain.kill()
+
+
+def test_create_envs_and_the_users_files(e2b_env: E2BGateway) -> None:
+    """Env vars given at create reach every command; commands run as E2B's ``user`` in its
+    home, and a file ``files.write`` made is theirs to change (as in E2B)."""
+    from e2b import Sandbox
+
+    sb = Sandbox.create(envs={"GREETING": "hello"})
+    try:
+        assert sb.commands.run("echo $GREETING; whoami; pwd").stdout == \
+            "hello\nuser\n/home/user\n"
+        sb.files.write("notes/today.txt", "a\n")
+        sb.commands.run("echo b >> notes/today.txt && touch notes/more")
+        assert sb.files.read("/home/user/notes/today.txt") == "a\nb\n"
+        assert sb.commands.run("echo $GREETING", envs={"GREETING": "hi"}).stdout == "hi\n"
+    finally:
+        sb.kill()

@@ -36,6 +36,26 @@ def test_text_bytes_mode_and_listing(sandbox: Sandbox) -> None:
     assert not files.exists("/workspace/d/e/f.txt")
 
 
+def test_files_made_for_a_user_are_theirs(sandbox: Sandbox) -> None:
+    """What is written or made for ``user`` (with the directories made on the way) is
+    theirs, so their commands can change it; what existed keeps its owner."""
+    files = sandbox.files
+    files.write("/workspace/u/v/w.txt", "one\n", user="user")
+    files.make_dir("/workspace/m/n", user="user")
+    files.write("/workspace/rootfile", "r")
+    owners = sandbox.commands.run("stat -c %U /workspace/u /workspace/u/v /workspace/u/v/w.txt"
+                                  " /workspace/m /workspace/m/n /workspace/rootfile /"
+                                  ).stdout.split()
+    assert owners == ["user"] * 5 + ["root", "root"]
+    sandbox.commands.run("echo two >> /workspace/u/v/w.txt && touch /workspace/m/n/x",
+                         user="user")
+    assert files.read("/workspace/u/v/w.txt") == "one\ntwo\n"
+    files.write("/workspace/rootfile", "replaced", user="user")  # keeps its owner
+    assert sandbox.commands.run("stat -c %U /workspace/rootfile").stdout == "root\n"
+    with pytest.raises(InvalidArgumentError, match="user"):
+        files.write("/workspace/x", "x", user="no body")
+
+
 def test_file_errors(sandbox: Sandbox) -> None:
     files = sandbox.files
     with pytest.raises(NotFoundError):

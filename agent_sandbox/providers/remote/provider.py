@@ -317,9 +317,11 @@ class RemoteProvider:
 
     def write_file(self, sandbox_id: str, path: str,
                    data: bytes | str | Iterable[bytes] | IO[bytes],
-                   mode: int = 0o644) -> int:
+                   mode: int = 0o644, user: str | None = None) -> int:
         content = _body_chunks(data)
-        params = {"path": path, "mode": mode}
+        params: dict[str, Any] = {"path": path, "mode": mode}
+        if user is not None:
+            params["user"] = user
         # A stream cannot be sent twice: only a bytes body is retried.
         return int(self._call("PUT", self._sb(sandbox_id, "/files/content"), params=params,
                               content=content, replayable=isinstance(content, bytes),
@@ -338,8 +340,9 @@ class RemoteProvider:
         return bool(self._call("GET", self._sb(sandbox_id, "/files/exists"),
                                params={"path": path})["exists"])
 
-    def make_dir(self, sandbox_id: str, path: str) -> None:
-        self._call("POST", self._sb(sandbox_id, "/files/mkdir"), json={"path": path})
+    def make_dir(self, sandbox_id: str, path: str, user: str | None = None) -> None:
+        body = {"path": path} if user is None else {"path": path, "user": user}
+        self._call("POST", self._sb(sandbox_id, "/files/mkdir"), json=body)
 
     def remove(self, sandbox_id: str, path: str) -> None:
         self._call("DELETE", self._sb(sandbox_id, "/files"), params={"path": path})

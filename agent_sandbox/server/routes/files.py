@@ -7,8 +7,10 @@ from typing import Annotated
 import anyio.to_thread
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
+from pydantic import AfterValidator
 
 from agent_sandbox.models import EntryInfo
+from agent_sandbox.runtime import validate
 from agent_sandbox.server.routes._deps import SandboxId, State
 from agent_sandbox.server.schemas import (
     MAX_DEPTH,
@@ -16,7 +18,7 @@ from agent_sandbox.server.schemas import (
     MAX_MODE,
     WRITE_SPARE,
     Exists,
-    PathBody,
+    MakeDirBody,
     RenameBody,
     Written,
     absolute,
@@ -44,6 +46,10 @@ Limit = Annotated[int | None, Query(description="bytes to read at most (default:
                   positive("limit", MAX_FILE_OFFSET, integer=True, allow_none=True)]
 Mode = Annotated[int, Query(description="permission bits of a new file", json_schema_extra={
     "minimum": 0, "maximum": MAX_MODE})]
+Owner = Annotated[str | None, Query(description="the account a new file (and the "
+                                    "directories made for it) belongs to (default root)",
+                                    json_schema_extra={"pattern": validate.USER_NAME_PATTERN}),
+                  AfterValidator(validate.user)]
 Depth = Annotated[int, Query(description="levels below `path` to list", json_schema_extra={
     "minimum": 1, "maximum": MAX_DEPTH}), positive("depth", MAX_DEPTH, integer=True)]
 
@@ -61,10 +67,10 @@ def download(sandbox_id: SandboxId, state: State, path: File, offset: Offset = 0
     "content": {"application/octet-stream": {"schema": {"type": "string",
                                                         "format": "binary"}}}}})
 async def upload(sandbox_id: SandboxId, state: State, request: Request, path: NewFile,
-                 mode: Mode = 0o644) -> Written:
+                 mode: Mode = 0o644, user: Owner = None) -> Written:
     chunks = request_chunks(request.stream())
     size = await anyio.to_thread.run_sync(
-        lambda: state.provider.write_file(sandbox_id, path, chunks, mode=mode))
+        lambda: state.provider.write_file(sandbox_id, path, chunks, mode=mode, user=user))
     return Written(size=size)
 
 
@@ -85,8 +91,8 @@ def exists(sandbox_id: SandboxId, state: State, path: FilePath) -> Exists:
 
 
 @router.post("/mkdir", status_code=204)
-def make_dir(sandbox_id: SandboxId, state: State, body: PathBody) -> Response:
-    state.provider.make_dir(sandbox_id, body.path)
+def make_dir(sandbox_id: SandboxId, state: State, body: MakeDirBody) -> Response:
+    state.provider.make_dir(sandbox_id, body.path, user=body.user)
     return Response(status_code=204)
 
 

@@ -30,15 +30,19 @@ from agent_sandbox.server.streaming import request_chunks
 _PIECE = 1 << 20  # bytes of decompressed upload passed on at a time
 
 
+def _user(request: Request) -> str:
+    """The request's user: ``?username=`` (what E2B's SDK sends for /files) or its Basic
+    auth user, else E2B's default."""
+    return paths.username(request.query_params.get("username") or target.current().user)
+
+
 def _path(request: Request, given: str | None = None) -> str:
-    """The request's ``path`` (or ``given``) resolved for its user: ``?username=`` (what
-    E2B's SDK sends for /files) or the request's Basic auth user."""
+    """The request's ``path`` (or ``given``) resolved for its user."""
     path = request.query_params.get("path") if given is None else given
     if path is None:
         raise InvalidArgumentError("the 'path' query parameter is required (the file's "
                                    "path, absolute or relative to the user's home)")
-    user = request.query_params.get("username") or target.current().user
-    return paths.resolve(path, user)
+    return paths.resolve(path, _user(request))
 
 
 def _written(path: str) -> dict[str, str]:
@@ -97,7 +101,8 @@ async def upload(request: Request) -> Response:
     data = gunzip(body) if encoding == "gzip" else body
 
     def write(path: str, content: Iterator[bytes]) -> dict[str, str]:
-        found.provider.write_file(found.sandbox_id, path, content)
+        # A new file is the user's, as in E2B: its commands (run as that user) may change it.
+        found.provider.write_file(found.sandbox_id, path, content, user=_user(request))
         return _written(path)
 
     def raw() -> JSONResponse:

@@ -86,7 +86,8 @@ class FilesystemService(Filesystem):
             try:
                 existing = sandbox.stat(found.sandbox_id, path)
             except NotFoundError:
-                sandbox.make_dir(found.sandbox_id, path)  # with its parents
+                # With its parents, made for the user (E2B's: its commands may write there).
+                sandbox.make_dir(found.sandbox_id, path, user=paths.username(found.user))
                 return sandbox.stat(found.sandbox_id, path)
             if existing.type == "dir":
                 raise ConnectError(Code.ALREADY_EXISTS, f"directory {path} already exists")
