@@ -34,7 +34,7 @@ from agent_sandbox.errors import (
 )
 from agent_sandbox.models import CodeContext, Execution, ExecutionError
 from agent_sandbox.runtime import kernel_user, validate
-from agent_sandbox.runtime.guest_client import GuestClient, GuestUnavailableError
+from agent_sandbox.runtime.guest_client import GuestClient, GuestUnavailableError, ProcOutput
 from agent_sandbox.runtime.kernel_cell import CellOutput, ResultCallback, TextCallback
 from agent_sandbox.runtime.kernel_channel import CLOSED, KernelChannel
 from agent_sandbox.runtime.kernel_files import KernelFiles, KernelHost, KernelState
@@ -160,16 +160,12 @@ class Kernels:
             self._start(sandbox_id, row, tmpl, state)
 
     def remove_context(self, sandbox_id: str, context: str) -> None:
-        """Stop the context's kernel and forget the context (``default`` comes back, fresh,
+        """End the context's kernel and forget the context (``default`` comes back, fresh,
         with the next cell that names no context)."""
         ctx = validate.code_context(context)
         row = self.host.row(sandbox_id)
-        self._kernel_template(row)
         with self._lock((sandbox_id, ctx)):
-            state = self.files.load(sandbox_id, ctx)
-            if state is None:
-                raise NotFoundError(f"code context {ctx!r} not found in sandbox {sandbox_id} "
-                                    "(see list_code_contexts)")
+            state = self._known_state(sandbox_id, ctx, self._kernel_template(row))
             self.host.guest(sandbox_id, row)  # resumes a paused sandbox: its kernel ends too
             self._stop(sandbox_id, ctx, state)
             (self.files.state_dir(sandbox_id) / f"{ctx}.json").unlink(missing_ok=True)
@@ -290,7 +286,8 @@ class Kernels:
         try:
             kernel = self._connect(sandbox_id, state, tmpl, ready_timeout=ready)
         except BaseException as exc:
-            detail = self._kernel_log(sandbox_id, state.pid)
+            out = self._output(sandbox_id, state.pid)
+            detail = out and (out.stdout + out.stderr).decode(errors="replace").strip()[-3000:]
             self._stop(sandbox_id, state.context, state)
             self.files.save(sandbox_id, state)
             if isinstance(exc, _KernelGone | SandboxError | TimeoutError):
@@ -302,14 +299,14 @@ class Kernels:
             self._kernels[(sandbox_id, state.context)] = kernel
         return kernel
 
-    def _kernel_log(self, sandbox_id: str, pid: int | None) -> str:
+    def _output(self, sandbox_id: str, pid: int | None) -> ProcOutput | None:
+        """What the guest kept of a kernel process (output, exit code), if it can say."""
         if pid is None:
-            return ""
+            return None
         try:
-            out = self._guest(sandbox_id).output(pid)
+            return self._guest(sandbox_id).output(pid)
         except SandboxError:
-            return ""
-        return (out.stdout + out.stderr).decode(errors="replace").strip()[-3000:]
+            return None
 
     def _connect(self, sandbox_id: str, state: KernelState, tmpl: Template,
                  ready_timeout: float) -> _Kernel:
@@ -383,7 +380,8 @@ class Kernels:
                 last_check = now
                 self.host.touch(sandbox_id)  # a long cell is a use
                 if not self._running(sandbox_id, kernel.state):
-                    code_ = self._exit_code(sandbox_id, kernel.state.pid)
+                    proc = self._output(sandbox_id, kernel.state.pid)
+                    code_ = "?" if proc is None or proc.exit_code is None else proc.exit_code
                     if not got_any and code_ == 137:
                         # SIGKILLed with nothing published for this cell: dead before it
                         # took it. (A cell that exits, e.g. os._exit, is its error: it dies
@@ -419,13 +417,4 @@ class Kernels:
             return
         with contextlib.suppress(SandboxError):
             self._guest(sandbox_id).kill(kernel.state.pid, 2)  # SIGINT: KeyboardInterrupt
-
-    def _exit_code(self, sandbox_id: str, pid: int | None) -> int | str:
-        if pid is None:
-            return "?"
-        try:
-            code = self._guest(sandbox_id).output(pid).exit_code
-        except SandboxError:
-            return "?"
-        return "?" if code is None else code
 

@@ -82,6 +82,11 @@ def test_contexts_are_separate(sb: Sandbox) -> None:
     sb.restart_code_context()
     assert sb.run_code("tag").error is not None
 
+    sb.remove_code_context(ctx)
+    assert {c.id for c in sb.list_code_contexts()} == {"default"}
+    with pytest.raises(NotFoundError, match="not found"):
+        sb.run_code("1", context=ctx)
+
 
 def test_errors_are_the_same_classes(sb: Sandbox, code_template: str) -> None:
     with pytest.raises(NotFoundError, match="code context 'ctx-00000000' not found"):
@@ -90,6 +95,8 @@ def test_errors_are_the_same_classes(sb: Sandbox, code_template: str) -> None:
         sb.run_code("1", context="ctx-00000000", on_stdout=print)  # streamed
     with pytest.raises(NotFoundError):
         sb.restart_code_context("ctx-00000000")
+    with pytest.raises(NotFoundError):
+        sb.remove_code_context("ctx-00000000")
     for bad in ("../x", "a/b", "", "UPPER"):
         with pytest.raises(InvalidArgumentError, match="invalid code context id"):
             sb.run_code("1", context=bad)

@@ -36,7 +36,7 @@ _STREAM_DOC: dict[int | str, dict[str, Any]] = {200: {
         _event("error", {"$ref": "#/components/schemas/ErrorBody"})]}}}}}
 
 
-def _outcome(execution: Execution) -> str:
+def outcome(execution: Execution) -> str:
     if execution.error is None:
         return "ok"
     return "timeout" if execution.error.name == "TimeoutError" else "error"
@@ -61,7 +61,7 @@ async def run_code(sandbox_id: SandboxId, body: RunCode, state: State,
         except SandboxError:
             state.metrics.code_run("failed")
             raise
-        state.metrics.code_run(_outcome(execution))
+        state.metrics.code_run(outcome(execution))
         return execution
 
     if body.stream:
