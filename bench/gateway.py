@@ -7,16 +7,14 @@ Run by hand, as root: ``.venv/bin/python bench/gateway.py [--n 200] [--clients 1
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import percentile  # noqa: E402
+from _gateway import engine_and_gateway  # noqa: E402
 
 from agent_sandbox.providers.base import Provider  # noqa: E402
 
@@ -57,23 +55,10 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--each", type=int, default=5)
     args = parser.parse_args()
-    own_data = "ABX_DATA_DIR" not in os.environ
-    os.environ.setdefault("ABX_DATA_DIR", tempfile.mkdtemp(prefix="abx-bench-", dir="/var/tmp"))
-    os.environ.setdefault("ABX_POOL_SIZE", "0")
-    from agent_sandbox.providers.local import local_provider
-    from agent_sandbox.providers.remote import RemoteProvider
-    from agent_sandbox.server.keys import KeyStore
-    from agent_sandbox.server.process import GatewayProcess
-
-    keys_file = str(Path(tempfile.mkdtemp(prefix="abx-bench-keys-")) / "keys.db")
-    _, token = KeyStore(keys_file).create("bench", max_sandboxes=10,
-                                          max_commands=args.clients * 2)
-    gateway = GatewayProcess(keys_file=keys_file).start()
-    local = local_provider()
-    remote = RemoteProvider(gateway.url, token)
     rows = []
-    try:
-        for name, provider in (("local", local), ("remote", remote)):
+    with engine_and_gateway({"bench": {"max_sandboxes": 10,
+                                       "max_commands": args.clients * 2}}) as setup:
+        for name, provider in (("local", setup.local), ("remote", setup.remote("bench"))):
             sid = provider.create().sandbox_id
             try:
                 _sequential(provider, sid, 10)  # warm up
@@ -83,12 +68,6 @@ def main() -> None:
                              percentile(conc, 99)))
             finally:
                 provider.kill(sid, delete_volume=True)
-    finally:
-        gateway.stop()
-        if own_data:  # leave no mounts or data dir behind
-            local.close()
-            local.release_host_mounts()
-            shutil.rmtree(os.environ["ABX_DATA_DIR"], ignore_errors=True)
     print(f"{'provider':<10}{'seq p50 ms':>12}{f'{args.clients}x p50 ms':>14}"
           f"{f'{args.clients}x p99 ms':>14}")
     for name, p50, cp50, cp99 in rows:

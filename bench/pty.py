@@ -8,16 +8,14 @@ Run by hand, as root: ``.venv/bin/python bench/pty.py [--n 300]``.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import fmt_ms, percentile, progress, table  # noqa: E402
+from _gateway import engine_and_gateway  # noqa: E402
 
 from agent_sandbox.providers.base import Provider  # noqa: E402
 
@@ -79,18 +77,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=300)
     args = parser.parse_args()
-    own_data = "ABX_DATA_DIR" not in os.environ
-    os.environ.setdefault("ABX_DATA_DIR", tempfile.mkdtemp(prefix="abx-bench-", dir="/var/tmp"))
-    os.environ.setdefault("ABX_POOL_SIZE", "0")
-    from agent_sandbox.providers.local import local_provider
-    from agent_sandbox.providers.remote import RemoteProvider
-    from agent_sandbox.server.process import GatewayProcess
-
-    gateway = GatewayProcess().start()  # loopback, no keys: open
-    local = local_provider()
     rows = []
-    try:
-        for name, provider in (("local", local), ("gateway", RemoteProvider(gateway.url))):
+    with engine_and_gateway() as setup:  # loopback, no keys: open
+        for name, provider in (("local", setup.local), ("gateway", setup.remote())):
             sid = provider.create().sandbox_id
             try:
                 progress(f"{name}: {args.n} keystrokes, one terminal")
@@ -108,12 +97,6 @@ def main() -> None:
                              f"< {fmt_ms(TARGET_MS[name])}"])
             finally:
                 provider.kill(sid, delete_volume=True)
-    finally:
-        gateway.stop()
-        if own_data:  # leave no mounts or data dir behind
-            local.close()
-            local.release_host_mounts()
-            shutil.rmtree(os.environ["ABX_DATA_DIR"], ignore_errors=True)
     print(table(["provider", "echo p50", "echo p95", "with 9 busy p50", "with 9 busy p95",
                  "target p50"], rows, title=f"Keystroke echo latency ({args.n} keys)"))
 

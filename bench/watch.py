@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -24,6 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import fmt_ms, percentile, progress, table  # noqa: E402
+from _gateway import engine_and_gateway  # noqa: E402
 
 TARGET_MS = 1000.0  # issue 16: an event within a second of its change
 KINDS = ("create", "modify", "rename", "delete")
@@ -104,18 +102,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=50, help="rounds of the four changes")
     parser.add_argument("--flood", type=int, default=30000, help="files in the flood")
     args = parser.parse_args()
-    own_data = "ABX_DATA_DIR" not in os.environ
-    os.environ.setdefault("ABX_DATA_DIR", tempfile.mkdtemp(prefix="abx-bench-", dir="/var/tmp"))
-    os.environ.setdefault("ABX_POOL_SIZE", "0")
-    from agent_sandbox.providers.local import local_provider
-    from agent_sandbox.providers.remote import RemoteProvider
-    from agent_sandbox.server.process import GatewayProcess
-
-    gateway = GatewayProcess().start()  # loopback, no keys: open
-    local = local_provider()
     rows, floods = [], []
-    try:
-        for name, provider in (("local", local), ("gateway", RemoteProvider(gateway.url))):
+    with engine_and_gateway() as setup:  # loopback, no keys: open
+        for name, provider in (("local", setup.local), ("gateway", setup.remote())):
             sid = provider.create().sandbox_id
             try:
                 provider.make_dir(sid, "/workspace/bench/w")
@@ -125,7 +114,7 @@ def main() -> None:
                         (max(1, args.n // 3), 0.35)
                     progress(f"{name} ({backend}): {rounds} rounds of four changes")
                     if backend == "poll":  # not offered by the SDK: the guest's own fallback
-                        guest = local._sandboxes.guest(sid)
+                        guest = setup.local._sandboxes.guest(sid)
                         stream = guest.watch("/workspace/bench/w", backend="poll")
                     else:
                         stream = provider.watch_dir(sid, "/workspace/bench/w")
@@ -141,12 +130,6 @@ def main() -> None:
                 floods.append([name, *flood(provider, sid, args.flood)])
             finally:
                 provider.kill(sid, delete_volume=True)
-    finally:
-        gateway.stop()
-        if own_data:  # leave no mounts or data dir behind
-            local.close()
-            local.release_host_mounts()
-            shutil.rmtree(os.environ["ABX_DATA_DIR"], ignore_errors=True)
     print(table(["provider", "change", "p50", "p95", "max", "missed", "target"], rows,
                 title=f"Change to event latency ({args.n} of each; the poller "
                 f"{max(1, args.n // 3)}, 0.35 s apart)"))

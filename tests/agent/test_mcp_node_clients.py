@@ -1,13 +1,11 @@
 """The HTTP server against real Node clients: the MCP Inspector CLI and the official
 TypeScript SDK, installed from npm (pinned in node/package.json) into a cache outside the
-checkout (``ABX_TEST_NODE_DIR``, default ``~/.cache/abx-test-node``)."""
+checkout (``npmcache``)."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +13,7 @@ from pathlib import Path
 import httpx2 as httpx
 import pytest
 from _helpers import Uvicorn
+from npmcache import node_packages
 
 from agent_sandbox.agent.tools import ALL_TOOLS
 
@@ -24,24 +23,7 @@ HERE = Path(__file__).parent / "node"
 
 @pytest.fixture(scope="module")
 def node_dir() -> Path:
-    if not shutil.which("node") or not shutil.which("npm"):
-        pytest.skip("node and npm are needed to run the Node MCP clients")
-    where = Path(os.environ.get("ABX_TEST_NODE_DIR") or Path.home() / ".cache/abx-test-node")
-    where.mkdir(parents=True, exist_ok=True)
-    wanted = (HERE / "package.json").read_text()
-    with open(where / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        manifest = where / "package.json"
-        if not (where / "node_modules").is_dir() or not manifest.exists() \
-                or manifest.read_text() != wanted:
-            manifest.write_text(wanted)
-            done = subprocess.run(["npm", "install", "--no-audit", "--no-fund"], cwd=where,
-                                  capture_output=True, text=True, timeout=600)
-            if done.returncode != 0:
-                pytest.skip(f"npm install of the Node MCP clients failed: {done.stderr[-500:]}")
-    for script in HERE.glob("*.mjs"):
-        shutil.copy(script, where / script.name)  # ESM resolves packages beside the script
-    return where
+    return node_packages(HERE)
 
 
 @pytest.fixture

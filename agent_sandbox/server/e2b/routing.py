@@ -74,6 +74,13 @@ def username(scope: Scope) -> str | None:
     return user or None
 
 
+class SandboxGone(NotFoundError):
+    """A sandbox (its token checked) that is no longer there: 502, as E2B's proxy answers,
+    which the SDKs read as "not running" (isRunning() false, Connect's unavailable)."""
+
+    http_status = 502
+
+
 class SandboxRouter:
     """ASGI middleware in front of the gateway's app (see the module's docstring)."""
 
@@ -119,7 +126,10 @@ class SandboxRouter:
                 "this sandbox needs its access token (X-Access-Token): the envdAccessToken "
                 "its create or connect answered" if not given else
                 "wrong access token for this sandbox")
-        info = await anyio.to_thread.run_sync(self.state.provider.info, sandbox_id)
+        try:
+            info = await anyio.to_thread.run_sync(self.state.provider.info, sandbox_id)
+        except NotFoundError as exc:
+            raise SandboxGone(exc.message) from None
         return target.Target(self.state, sandbox_id, info.owner, int(port_text),
                              username(scope))
 
@@ -140,7 +150,7 @@ class SandboxRouter:
 
 _CONNECT_CODES = {400: "invalid_argument", 401: "unauthenticated", 403: "permission_denied",
                   404: "not_found", 409: "failed_precondition", 429: "resource_exhausted",
-                  503: "unavailable", 504: "deadline_exceeded"}
+                  502: "unavailable", 503: "unavailable", 504: "deadline_exceeded"}
 
 
 async def _refuse(scope: Scope, send: Any, status: int, message: str) -> None:

@@ -1,0 +1,181 @@
+"""E2B's JS SDKs (npm ``e2b`` and ``@e2b/code-interpreter``, versions pinned in
+js/package.json) against a real gateway: ``js/e2b_flow.mjs`` is unmodified user code,
+pointed at the gateway by environment variables only, printing one JSON line per step;
+each test here checks one step's line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2bgateway import E2BGateway
+from npmcache import node_packages
+
+pytestmark = pytest.mark.integration
+HERE = Path(__file__).parent / "js"
+Steps = dict[str, dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def node_dir() -> Path:
+    return node_packages(HERE)
+
+
+def flow(node_dir: Path, gateway: E2BGateway, part: str) -> Steps:
+    env = {**os.environ, **gateway.env("a"), "ABX_E2B_OTHER_KEY": gateway.keys["b"]}
+    done = subprocess.run(["node", str(node_dir / "e2b_flow.mjs"), part], env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return {line["step"]: line for line in lines}
+
+
+def ok(steps: Steps, name: str) -> dict[str, Any]:
+    assert name in steps, f"step {name!r} never ran (an earlier one failed): {list(steps)}"
+    seen = steps[name]
+    assert seen["ok"], f"step {name!r} failed: {seen['error']}"
+    return seen
+
+
+@pytest.fixture(scope="module")
+def sdk(node_dir: Path, e2b_gateway: E2BGateway) -> Steps:
+    return flow(node_dir, e2b_gateway, "sdk")
+
+
+@pytest.fixture(scope="module")
+def interpreter(node_dir: Path, e2b_gateway: E2BGateway, code_template: str) -> Steps:
+    return flow(node_dir, e2b_gateway, "interpreter")
+
+
+def test_create_list_set_timeout(sdk: Steps) -> None:
+    created = ok(sdk, "create")
+    assert created["id"].startswith("sbx-") and created["template"] == "base"
+    assert created["metadata"] == {"purpose": "js-sdk"}
+    assert ok(sdk, "list")["listed"]
+    assert ok(sdk, "set_timeout")["running"]
+
+
+def test_update_network(sdk: Steps) -> None:
+    """An allowlist is applied; E2B's options with no counterpart are refused by name."""
+    refused = ok(sdk, "update_network")["refused"]["raised"]
+    assert "maskRequestHost" in refused["message"] and "not supported" in refused["message"]
+
+
+def test_run_with_callbacks(sdk: Steps) -> None:
+    run = ok(sdk, "run")
+    assert (run["exitCode"], run["stdout"], run["stderr"]) == (0, "out\n", "err\n")
+    assert (run["onStdout"], run["onStderr"]) == ("out\n", "err\n")
+
+
+def test_run_envs_cwd_user(sdk: Steps) -> None:
+    assert ok(sdk, "run_envs_cwd")["stdout"] == "hi there\n/tmp\n"
+    assert ok(sdk, "run_user")["stdout"] == "root\n"
+
+
+def test_nonzero_exit_raises_command_exit_error(sdk: Steps) -> None:
+    seen = ok(sdk, "run_exit_code")
+    assert seen["raised"]["type"] == "CommandExitError" and seen["instanceOf"], seen
+    assert seen["raised"]["exitCode"] == 3
+
+
+def test_run_timeout(sdk: Steps) -> None:
+    seen = ok(sdk, "run_timeout")
+    assert seen.get("raised", {}).get("type") == "TimeoutError", seen
+
+
+def test_background_kill_and_wait(sdk: Steps) -> None:
+    killed = ok(sdk, "background_kill")
+    assert killed["listed"] and killed["killed"] is True and killed["gone"], killed
+    assert "raised" in killed["waited"], killed  # a killed command did not exit 0
+    waited = ok(sdk, "background_wait")
+    assert (waited["exitCode"], waited["stdout"]) == (0, "done\n")
+
+
+def test_send_stdin(sdk: Steps) -> None:
+    assert ok(sdk, "stdin")["stdout"] == "first\nsecond\n"
+
+
+def test_pty(sdk: Steps) -> None:
+    assert ok(sdk, "pty") == {**sdk["pty"], "answered": True, "killed": True}
+
+
+def test_files(sdk: Steps) -> None:
+    seen = ok(sdk, "files")
+    assert seen["writtenPath"] == "/tmp/js/a.txt" and seen["text"] == "hello from js"
+    assert seen["bytes"] == list(b"hello") and seen["bytesType"] == "Uint8Array"
+    assert seen["names"] == ["a.txt:file", "sub:dir"]
+    assert seen["movedPath"] == "/tmp/js/b.txt"
+    assert (seen["existsOld"], seen["existsNew"], seen["existsAfterRemove"]) == \
+        (False, True, False)
+    assert ok(sdk, "read_missing")["raised"]["type"] == "FileNotFoundError"
+
+
+def test_watch_dir(sdk: Steps) -> None:
+    assert "create:new.txt" in ok(sdk, "watch_dir")["events"]
+
+
+def test_upload_50_mb(sdk: Steps) -> None:
+    seen = ok(sdk, "upload_50mb")
+    assert seen == {**seen, "size": 50 * 1024 * 1024, "sameInside": True, "sameBack": True}
+
+
+def test_other_key_cannot_see_or_touch(sdk: Steps) -> None:
+    seen = ok(sdk, "other_key")
+    assert not seen["sees"] and seen["stillRunning"], seen
+    for call in ("connect", "info", "setTimeout"):
+        assert seen[call]["raised"]["type"] == "SandboxNotFoundError", (call, seen[call])
+    assert seen["kill"] == {"returned": False}  # the SDK's answer to a 404
+
+
+def test_pause_connect(sdk: Steps) -> None:
+    seen = ok(sdk, "pause_connect")
+    assert (seen["paused"], seen["state"], seen["pausedAgain"]) == (True, "paused", False)
+    assert seen["running"] and seen["stateAfter"] == "running"
+    assert ok(sdk, "after_resume")["stdout"] == "/tmp/js/sub\n"
+
+
+def test_kill(sdk: Steps) -> None:
+    seen = ok(sdk, "kill")
+    assert seen["killed"] is True and not seen["listed"] and seen["running"] is False
+    assert seen["again"] == {"returned": False}
+
+
+def test_run_code_state_and_output(interpreter: Steps) -> None:
+    assert ok(interpreter, "create")["template"] == "code-interpreter-v1"
+    assert ok(interpreter, "state") == {**interpreter["state"], "text": "42", "error": None}
+    seen = ok(interpreter, "stdout")
+    assert seen["stdout"] == ["hello\n"] and seen["callback"] == ["hello\n"]
+
+
+def test_run_code_error(interpreter: Steps) -> None:
+    seen = ok(interpreter, "error")
+    assert seen["name"] == "ZeroDivisionError" and seen["hasTraceback"], seen
+
+
+def test_run_code_matplotlib_png(interpreter: Steps) -> None:
+    seen = ok(interpreter, "png")
+    assert seen["error"] is None and seen["pngMagic"] == "PNG", seen
+
+
+def test_code_contexts(interpreter: Steps) -> None:
+    seen = ok(interpreter, "contexts")
+    assert seen == {**seen, "cwd": "/tmp", "isolated": "False", "listed": True,
+                    "afterRestart": "False", "removed": True}
+
+
+def test_unsupported_calls_say_so(node_dir: Path, e2b_gateway: E2BGateway) -> None:
+    """What E2B offers and the gateway does not: a clear error naming the call and
+    docs/e2b.md, not a misleading "sandbox not found" (the SDKs' reading of a 404)."""
+    steps = flow(node_dir, e2b_gateway, "unsupported")
+    ok(steps, "create")
+    for name in ("getMetrics", "createSnapshot", "listSnapshots", "fork", "templateExists",
+                 "templateBuild", "volumeList", "secretCreate"):
+        raised = ok(steps, name).get("raised")
+        assert raised and raised["message"].startswith("501: "), (name, steps[name])
+        assert "not supported" in raised["message"] and "docs/e2b.md" in raised["message"]
+    mcp = ok(steps, "mcp").get("raised") or {}
+    assert "'mcp-gateway' not found" in mcp.get("message", ""), steps["mcp"]
