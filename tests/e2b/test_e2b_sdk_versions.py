@@ -30,7 +30,7 @@ def test_oldest_supported_python_sdk(e2b_gateway: E2BGateway, code_template: str
     failed = {k: v["error"] for k, v in steps.items() if not v["ok"]}
     assert not failed, (failed, done.stderr[-2000:])
     assert steps["run"]["out"] == "hi\n"
-    assert steps["stream"]["out"] == 3
+    assert steps["stream"]["out"] == "1\n2\n3\n"
     assert steps["exit"]["out"] == 3
     assert steps["background"]["out"] == "done\n"
     assert steps["write_read"]["out"] == "hello"

@@ -26,7 +26,7 @@ def main():
     step("run", lambda: sb.commands.run("echo hi; echo err >&2").stdout)
     seen = []
     step("stream", lambda: (sb.commands.run("for i in 1 2 3; do echo $i; done",
-                                            on_stdout=seen.append), len(seen))[1])
+                                            on_stdout=seen.append), "".join(seen))[1])
 
     def exit_code():
         try:
