@@ -7,7 +7,7 @@ Errors are E2B's: a status and a plain-text message (the SDK shows the text; 404
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import anyio.to_thread
@@ -171,32 +171,25 @@ async def _list_contexts(_: Request) -> JSONResponse:
     return JSONResponse([_context(c) for c in await _blocking(listed)])
 
 
-async def _remove_context(request: Request) -> Response:
-    found = target.current()
+def _on_context(act: str) -> Callable[[Request], Awaitable[Response]]:
+    """DELETE /contexts/{id} (``act`` "remove") or POST /contexts/{id}/restart ("restart"):
+    the kernel ends (and restarts); the default context's working directory is set again
+    by its next cell."""
 
-    def remove() -> None:
-        _check_kernel(found)
-        ctx = _context_id(request.path_params["context_id"], found)
-        found.provider.remove_code_context(found.sandbox_id, ctx)
-        if ctx == validate.DEFAULT_CONTEXT:
-            cells.forget_home(found.sandbox_id)
+    async def handle(request: Request) -> Response:
+        found = target.current()
 
-    await _blocking(remove)
-    return Response(status_code=204)
+        def run() -> None:
+            _check_kernel(found)
+            ctx = _context_id(request.path_params["context_id"], found)
+            getattr(found.provider, f"{act}_code_context")(found.sandbox_id, ctx)
+            if ctx == validate.DEFAULT_CONTEXT:
+                cells.forget_home(found.sandbox_id)
 
+        await _blocking(run)
+        return Response(status_code=204)
 
-async def _restart_context(request: Request) -> Response:
-    found = target.current()
-
-    def restart() -> None:
-        _check_kernel(found)
-        ctx = _context_id(request.path_params["context_id"], found)
-        found.provider.restart_code_context(found.sandbox_id, ctx)
-        if ctx == validate.DEFAULT_CONTEXT:
-            cells.forget_home(found.sandbox_id)
-
-    await _blocking(restart)
-    return Response(status_code=204)
+    return handle
 
 
 async def _health(_: Request) -> JSONResponse:
@@ -228,7 +221,7 @@ def application() -> Starlette:
         Route("/execute", _execute, methods=["POST"]),
         Route("/contexts", _create_context, methods=["POST"]),
         Route("/contexts", _list_contexts, methods=["GET"]),
-        Route("/contexts/{context_id}", _remove_context, methods=["DELETE"]),
-        Route("/contexts/{context_id}/restart", _restart_context, methods=["POST"]),
+        Route("/contexts/{context_id}", _on_context("remove"), methods=["DELETE"]),
+        Route("/contexts/{context_id}/restart", _on_context("restart"), methods=["POST"]),
     ], exception_handlers={SandboxError: _refused, HTTPException: _http,
                            Exception: _unexpected})
