@@ -10,15 +10,21 @@ pytestmark = pytest.mark.integration
 
 
 def test_create_list_timeout_kill(e2b_env: E2BGateway) -> None:
-    from e2b import Sandbox
+    from e2b import Sandbox, SandboxQuery
 
-    sb = Sandbox.create(metadata={"purpose": "e2b-test"}, timeout=120)
+    sb = Sandbox.create(metadata={"purpose": "e2b-test", "odd": "a b&c=d%"}, timeout=120)
     try:
         info = sb.get_info()
-        assert info.sandbox_id == sb.sandbox_id and info.metadata == {"purpose": "e2b-test"}
+        assert info.sandbox_id == sb.sandbox_id
+        assert info.metadata == {"purpose": "e2b-test", "odd": "a b&c=d%"}
         assert info.template_id == "base"
         listed = Sandbox.list(query=None).next_items()
         assert sb.sandbox_id in [s.sandbox_id for s in listed]
+        for wanted, found in (({"purpose": "e2b-test"}, True), ({"odd": "a b&c=d%"}, True),
+                              ({"purpose": "x"}, False)):
+            query = SandboxQuery(metadata=wanted)
+            ids = [s.sandbox_id for s in Sandbox.list(query=query).next_items()]
+            assert (sb.sandbox_id in ids) is found
         sb.set_timeout(300)
         assert sb.is_running()
     finally:

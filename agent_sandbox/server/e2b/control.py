@@ -190,13 +190,15 @@ def _owned(state: GatewayState, who: Principal, metadata: str | None,
 
 
 def _metadata_query(metadata: str | None) -> dict[str, str]:
-    """E2B's ``metadata`` filter: ``k1=v1&k2=v2``, URL-encoded once more as a whole."""
-    from urllib.parse import parse_qsl
+    """E2B's ``metadata`` filter: ``k1=v1&k2=v2`` with each key and value quoted first (as
+    E2B's SDKs send it and its API reads it)."""
+    from urllib.parse import parse_qsl, unquote
 
     if not metadata:
         return {}
     try:
-        return dict(parse_qsl(metadata, strict_parsing=True))
+        return {unquote(k): unquote(v)
+                for k, v in parse_qsl(metadata, strict_parsing=True)}
     except ValueError:
         raise InvalidArgumentError("metadata must be key=value pairs joined by &") from None
 
