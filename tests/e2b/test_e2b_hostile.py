@@ -158,3 +158,30 @@ def test_control_plane_bodies_are_capped_before_the_key_is_checked(
     reply = httpx.post(e2b_gateway.url + "/sandboxes", json={"templateID": "nope"},
                        headers={"X-API-KEY": e2b_gateway.keys["a"]}, timeout=60)
     assert reply.status_code in (400, 404), reply.text
+
+
+def test_websockets_and_grpc_to_envd_get_clear_refusals(e2b_gateway: E2BGateway,
+                                                        own: object) -> None:
+    """envd and the code interpreter speak HTTP (Connect): a WebSocket or gRPC (which
+    needs trailers) was a 500 and a traceback."""
+    import asyncio
+
+    import websockets
+
+    async def upgrade(port: int, path: str) -> None:
+        with pytest.raises(websockets.InvalidStatus) as refused:
+            async with websockets.connect("ws" + e2b_gateway.url[4:] + path, open_timeout=30,
+                                          additional_headers=_headers(own, port)):
+                pass
+        assert refused.value.response.status_code == 403  # closed before accepting
+
+    for port, path in ((49983, "/process.Process/List"), (49983, "/files"),
+                       (49999, "/execute")):
+        asyncio.run(upgrade(port, path))
+    reply = httpx.post(e2b_gateway.url + "/process.Process/List", content=_envelope(b""),
+                       headers=_headers(own, **{"Content-Type": "application/grpc"}), timeout=30)
+    assert reply.status_code == 415 and "gRPC" in reply.json()["message"]
+    reply = httpx.post(e2b_gateway.url + "/process.Process/List", content=b"{}",
+                       headers=_headers(own, **{"Content-Type": "application/json"}), timeout=30)
+    assert reply.status_code == 200
+    _alive(e2b_gateway)

@@ -106,7 +106,10 @@ class SandboxRouter:
         token = target.bind(found)
         try:
             serve = self.ports.get(found.port)
-            if serve is None:
+            if serve is not None and scope["type"] != "http":
+                await _refuse(scope, send, 400, f"port {found.port} serves HTTP, not "
+                              "WebSockets")
+            elif serve is None:
                 await self._relay(found, scope, receive, send)
             else:
                 await serve(scope, receive, send)
