@@ -185,3 +185,37 @@ def test_websockets_and_grpc_to_envd_get_clear_refusals(e2b_gateway: E2BGateway,
                        headers=_headers(own, **{"Content-Type": "application/json"}), timeout=30)
     assert reply.status_code == 200
     _alive(e2b_gateway)
+
+
+def test_unread_output_floods_stay_bounded(e2b_gateway: E2BGateway, own: object) -> None:
+    """A tenant starts as many endless-output commands as its quota allows (32) and never
+    reads them: what the gateway holds for them stays bounded (~11 MiB a stream; was ~20),
+    the next one is refused by the quota, and the gateway still serves."""
+    import socket
+    import time
+
+    pid = e2b_gateway.proc.proc.pid  # type: ignore[union-attr]
+    before = _status(pid, "VmRSS")
+    body = json.dumps({"process": {"cmd": "/bin/sh", "args": ["-c", "yes " + "A" * 60]}})
+    message = _envelope(body.encode())
+    head = "".join(f"{k}: {v}\r\n" for k, v in _headers(own).items())
+    streams = []
+    try:
+        for _ in range(33):
+            conn = socket.create_connection(("127.0.0.1", e2b_gateway.proc.port))
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            conn.sendall(f"POST /process.Process/Start HTTP/1.1\r\nHost: x\r\n{head}"
+                         "Content-Type: application/connect+json\r\n"
+                         f"Content-Length: {len(message)}\r\n\r\n".encode() + message)
+            streams.append(conn)
+        streams[-1].settimeout(60)
+        refused = b""
+        while b"resource_exhausted" not in refused and len(refused) < 4096:
+            refused += streams[-1].recv(4096)
+        assert b"resource_exhausted" in refused
+        time.sleep(10)  # not a timing assertion: time for the floods to fill what they can
+        assert _status(pid, "VmRSS") - before < 512 * MiB  # was ~660 MiB (256-event queues)
+        _alive(e2b_gateway)
+    finally:
+        for conn in streams:
+            conn.close()
