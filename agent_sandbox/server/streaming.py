@@ -45,7 +45,9 @@ class _Pump:
     until the work has ended."""
 
     def __init__(self, work: WorkFn, slot: AbstractContextManager[Any] | None) -> None:
-        self.events: queue.Queue[Any] = queue.Queue(maxsize=256)
+        # Events hold up to ~64 KiB of the sandbox's output each: 32 of them (a few MiB a
+        # stream) keep a fast reader busy; 256 let each unread stream pin ~20 MiB.
+        self.events: queue.Queue[Any] = queue.Queue(maxsize=32)
         self.gone = threading.Event()
         self.call = CallCancel()
         self._work = work

@@ -31,6 +31,7 @@ from agent_sandbox.server.state import GatewayState
 # SDKs gate on that server/e2b really serves (see docs/e2b.md).
 ENVD_VERSION = "0.5.7"
 MAX_TIMEOUT = 24 * 3600
+MAX_BODY = 1 << 20  # bytes of a request body (a create's metadata and envVars: plenty)
 
 
 class _Body(BaseModel):
@@ -293,7 +294,9 @@ def _error(status: int, message: str) -> JSONResponse:
 
 def application(state: GatewayState, tokens: AccessTokens) -> FastAPI:
     """The control plane as its own app (E2B's error shape; not in our OpenAPI)."""
-    app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+    # Bodies are read (whole) before the key is checked: capped, or any client could make
+    # the gateway hold gigabytes.
+    app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None, max_body_size=MAX_BODY)
     app.state.gateway = state
     app.state.tokens = tokens
     app.include_router(router)
@@ -322,6 +325,8 @@ def application(state: GatewayState, tokens: AccessTokens) -> FastAPI:
         if exc.status_code in (404, 405):  # no such route: not a missing sandbox
             return _error(501, f"{request.method} {request.url.path} is not supported by "
                           "this gateway's E2B API (see docs/e2b.md for what is)")
+        if exc.status_code == 413:
+            return _error(413, f"the request body is over {MAX_BODY >> 20} MiB")
         return _error(exc.status_code, str(exc.detail))
 
     @app.exception_handler(Exception)

@@ -50,7 +50,7 @@ async def _body(request: Request) -> dict[str, Any]:
         parts.append(chunk)
     try:
         body = json.loads(b"".join(parts) or b"{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply
         raise InvalidArgumentError("the request body must be a JSON object") from None
     if not isinstance(body, dict):
         raise InvalidArgumentError("the request body must be a JSON object")

@@ -106,7 +106,10 @@ class SandboxRouter:
         token = target.bind(found)
         try:
             serve = self.ports.get(found.port)
-            if serve is None:
+            if serve is not None and scope["type"] != "http":
+                await _refuse(scope, send, 400, f"port {found.port} serves HTTP, not "
+                              "WebSockets")
+            elif serve is None:
                 await self._relay(found, scope, receive, send)
             else:
                 await serve(scope, receive, send)
@@ -117,7 +120,8 @@ class SandboxRouter:
         if not _ID.fullmatch(sandbox_id):
             raise NotFoundError(f"sandbox {sandbox_id[:80]!r} not found: E2b-Sandbox-Id "
                                 "must be an id this gateway gave out (sbx-...)")
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        # ASCII digits only: str.isdigit() also takes '²', which int() refuses.
+        if not re.fullmatch(r"[0-9]{1,5}", port_text) or not 0 < int(port_text) < 65536:
             raise InvalidArgumentError(
                 f"E2b-Sandbox-Port must be a port number, not {port_text[:20]!r}")
         given = _header(scope, b"x-access-token") or _header(scope, b"e2b-traffic-access-token")

@@ -18,6 +18,11 @@ async def _health(_: Request) -> Response:
     return Response(status_code=204)
 
 
+def _grpc(scope: dict[str, Any]) -> bool:
+    kind = dict(scope.get("headers", ())).get(b"content-type", b"").lower()
+    return kind.startswith(b"application/grpc") and not kind.startswith(b"application/grpc-web")
+
+
 def application() -> ASGIApp:
     from agent_sandbox.server.e2b.envd import files, filesystem, process
 
@@ -28,6 +33,12 @@ def application() -> ASGIApp:
     async def envd(scope: dict[str, Any], receive: Any, send: Any) -> None:
         path = scope.get("path", "")
         for prefix, service in services.items():
+            if path.startswith(prefix) and _grpc(scope):
+                # connectrpc fails (a 500, a traceback) on gRPC: uvicorn has no trailers.
+                await Response('{"code": "unimplemented", "message": "gRPC is not served '
+                               'here: use Connect (what E2B\'s SDKs speak) or gRPC-Web"}',
+                               415, media_type="application/json")(scope, receive, send)
+                return
             if path.startswith(prefix):
                 await service(scope, receive, send)
                 return

@@ -22,7 +22,7 @@ from protobuf.wkt.google.protobuf.timestamp_pb import Timestamp
 from agent_sandbox.errors import NotFoundError, SandboxError
 from agent_sandbox.models import EntryInfo
 from agent_sandbox.server.e2b import target
-from agent_sandbox.server.e2b.envd import paths, watchers
+from agent_sandbox.server.e2b.envd import codecs, paths, watchers
 from agent_sandbox.server.e2b.envd.errors import blocking, connect_error
 from agent_sandbox.server.e2b.envd_pb.filesystem import filesystem_pb as pb
 from agent_sandbox.server.e2b.envd_pb.filesystem.filesystem_connect import (
@@ -182,4 +182,4 @@ class FilesystemService(Filesystem):
 
 
 def application() -> FilesystemASGIApplication:
-    return FilesystemASGIApplication(FilesystemService())
+    return FilesystemASGIApplication(FilesystemService(), codecs=codecs.codecs())

@@ -35,7 +35,7 @@ from protobuf import Oneof
 
 from agent_sandbox.errors import NotFoundError, SandboxError
 from agent_sandbox.server.e2b import target
-from agent_sandbox.server.e2b.envd import paths
+from agent_sandbox.server.e2b.envd import codecs, paths
 from agent_sandbox.server.e2b.envd import proc_events as ev
 from agent_sandbox.server.e2b.envd import pty as terminals
 from agent_sandbox.server.e2b.envd.errors import blocking, connect_error
@@ -330,4 +330,4 @@ def _kill_quietly(found: target.Target, pid: int, pty: bool) -> None:
 
 
 def application() -> ProcessASGIApplication:
-    return ProcessASGIApplication(ProcessService())
+    return ProcessASGIApplication(ProcessService(), codecs=codecs.codecs())
