@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from agent_sandbox.providers.base import Provider
 from agent_sandbox.server import e2b, errors
+from agent_sandbox.server.body_cap import BodyCap
 from agent_sandbox.server.keys import KeyStore
 from agent_sandbox.server.metrics import MetricsMiddleware
 from agent_sandbox.server.routes import (
@@ -88,6 +89,7 @@ def create_app(engine: Provider | None = None, keys: KeyStore | None = None,
     for module in (sandboxes, commands, code, files, dirs, watch, misc, pty, ports):
         app.include_router(module.router)
     app.include_router(ports.tcp_router)
+    app.add_middleware(BodyCap)  # inside E2B's front: its API bounds its own bodies
     app.add_middleware(e2b.front, state=state)  # type: ignore[arg-type]
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     return app

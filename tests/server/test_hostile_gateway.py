@@ -32,3 +32,25 @@ def test_planted_links_through_the_gateway(gw: Gateway, sandbox_a: str) -> None:
         assert not target.exists() and not target.is_symlink()
     finally:
         target.unlink(missing_ok=True)
+
+
+def test_a_huge_json_body_without_a_key_is_refused_unread(gw: Gateway) -> None:
+    """A JSON body is read whole before its caller is known: past 16 MiB it is a 413,
+    whoever sends it, and the gateway never holds the rest (it was 600 MB for 300 MB)."""
+    import httpx2 as httpx
+    from _peak_rss import reset_peak, status_kb
+
+    pid = gw.proc.proc.pid  # type: ignore[union-attr]
+    before = reset_peak(pid)
+
+    def body():  # chunked, no Content-Length: the limit must count what it reads
+        for _ in range(200):
+            yield b" " * (1 << 20)
+
+    for path in ("/v1/sandboxes", "/v1/sandboxes/sbx-aaaaaaaaaa/commands"):
+        reply = httpx.post(gw.url + path, content=body(),
+                           headers={"Content-Type": "application/json"}, timeout=60)
+        assert reply.status_code == 413, reply.text
+        assert "16 MiB" in reply.json()["message"]
+    assert status_kb(pid, "VmHWM") - before < 64 * 1024  # KiB: far below the 200 MiB sent
+    assert httpx.get(gw.url + "/health", timeout=10).status_code == 200
