@@ -1,4 +1,4 @@
-"""Per-key quotas: live sandboxes and concurrent foreground commands.
+"""Per-key quotas: live sandboxes, and concurrent commands, uploads and terminals.
 
 Hitting one raises ResourceExhaustedError (429) with ``retry_after`` seconds, which the
 error handler turns into a ``Retry-After`` header. Counters live in this process: one
@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from agent_sandbox.errors import ResourceExhaustedError
 from agent_sandbox.server.keys import ApiKey
@@ -26,6 +26,7 @@ class Quotas:
         self._creating: Counter[str] = Counter()
         self._running: Counter[str] = Counter()
         self._terminals: Counter[str] = Counter()
+        self._uploads: Counter[str] = Counter()
 
     @contextmanager
     def sandbox_slot(self, key: ApiKey | None, live: Callable[[], int]) -> Iterator[None]:
@@ -48,41 +49,38 @@ class Quotas:
             with self._lock:
                 self._creating[key.id] -= 1
 
-    @contextmanager
-    def command_slot(self, key: ApiKey | None) -> Iterator[None]:
-        if key is None:
-            yield
-            return
-        with self._lock:
-            if self._running[key.id] >= key.max_commands:
-                raise ResourceExhaustedError(
-                    f"API key {key.name!r} already runs {key.max_commands} commands at once "
-                    "(its quota); retry when one ends",
-                    details={"quota": "max_commands", "limit": key.max_commands,
-                             "retry_after": COMMAND_RETRY_AFTER})
-            self._running[key.id] += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._running[key.id] -= 1
+    def command_slot(self, key: ApiKey | None) -> AbstractContextManager[None]:
+        """Held while a command (or code cell) runs and its output streams."""
+        return self._slot(self._running, key, key.max_commands if key else 0,
+                          "commands at once", "max_commands")
+
+    def upload_slot(self, key: ApiKey | None) -> AbstractContextManager[None]:
+        """Held while an upload streams in (each holds a gateway thread as long as its
+        client sends): as many as the key's commands, counted apart from them."""
+        return self._slot(self._uploads, key, key.max_commands if key else 0,
+                          "uploads at once", "max_commands")
+
+    def terminal_slot(self, key: ApiKey | None) -> AbstractContextManager[None]:
+        """Held while a terminal attachment is open (each holds a gateway thread)."""
+        return self._slot(self._terminals, key, TERMINALS_PER_KEY, "terminals attached",
+                          "terminals")
 
     @contextmanager
-    def terminal_slot(self, key: ApiKey | None) -> Iterator[None]:
-        """Held while a terminal attachment is open (each holds a gateway thread)."""
+    def _slot(self, counter: Counter[str], key: ApiKey | None, limit: int, what: str,
+              quota: str) -> Iterator[None]:
         if key is None:
             yield
             return
         with self._lock:
-            if self._terminals[key.id] >= TERMINALS_PER_KEY:
+            if counter[key.id] >= limit:
                 raise ResourceExhaustedError(
-                    f"API key {key.name!r} already has {TERMINALS_PER_KEY} terminals attached; "
-                    "disconnect one first",
-                    details={"quota": "terminals", "limit": TERMINALS_PER_KEY,
+                    f"API key {key.name!r} already has {limit} {what} (its quota); retry "
+                    "when one ends",
+                    details={"quota": quota, "limit": limit,
                              "retry_after": COMMAND_RETRY_AFTER})
-            self._terminals[key.id] += 1
+            counter[key.id] += 1
         try:
             yield
         finally:
             with self._lock:
-                self._terminals[key.id] -= 1
+                counter[key.id] -= 1

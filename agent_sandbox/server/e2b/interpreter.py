@@ -120,8 +120,7 @@ async def _execute(request: Request) -> Response:
     def preflight() -> tuple[str, Any]:
         _check_kernel(found)
         ctx = _context_id(_text(body, "context_id"), found)
-        key = found.state.keys.get(found.owner) if found.owner else None
-        return ctx, key
+        return ctx, found.api_key()
 
     ctx, key = await _blocking(preflight)
     work = cells.work(found, code, ctx, env)

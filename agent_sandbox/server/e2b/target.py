@@ -6,7 +6,9 @@ from __future__ import annotations
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from agent_sandbox.errors import SandboxError
 from agent_sandbox.providers.base import Provider
+from agent_sandbox.server.keys import ApiKey
 from agent_sandbox.server.state import GatewayState
 
 
@@ -21,6 +23,16 @@ class Target:
     @property
     def provider(self) -> Provider:
         return self.state.provider
+
+    def api_key(self) -> ApiKey | None:
+        """The key the sandbox belongs to, whose quotas its calls take (None: an open
+        gateway, or a key since removed). Blocking: a key store read."""
+        if not self.owner:
+            return None
+        try:
+            return self.state.keys.get(self.owner)
+        except SandboxError:
+            return None
 
 
 _current: ContextVar[Target] = ContextVar("abx_e2b_target")

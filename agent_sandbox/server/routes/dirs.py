@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from agent_sandbox.models import DirTransfer
-from agent_sandbox.server.routes._deps import SandboxId, State
+from agent_sandbox.server.routes._deps import Caller, SandboxId, State
 from agent_sandbox.server.routes.files import FilePath
 from agent_sandbox.server.streaming import request_chunks
 
@@ -30,7 +30,11 @@ def download_dir(sandbox_id: SandboxId, state: State, path: FilePath) -> Streami
 @router.put("/archive", openapi_extra={"requestBody": {
     "content": {TAR: {"schema": {"type": "string", "format": "binary"}}}}})
 async def upload_dir(sandbox_id: SandboxId, state: State, request: Request,
-                     path: FilePath) -> DirTransfer:
+                     path: FilePath, who: Caller) -> DirTransfer:
     chunks = request_chunks(request.stream())
-    return await anyio.to_thread.run_sync(
-        lambda: state.provider.write_dir_archive(sandbox_id, path, chunks))
+
+    def write() -> DirTransfer:
+        with state.quotas.upload_slot(who.key):  # it holds a thread while the client sends
+            return state.provider.write_dir_archive(sandbox_id, path, chunks)
+
+    return await anyio.to_thread.run_sync(write)

@@ -11,7 +11,7 @@ from pydantic import AfterValidator
 
 from agent_sandbox.models import EntryInfo
 from agent_sandbox.runtime import validate
-from agent_sandbox.server.routes._deps import SandboxId, State
+from agent_sandbox.server.routes._deps import Caller, SandboxId, State
 from agent_sandbox.server.schemas import (
     MAX_DEPTH,
     MAX_FILE_OFFSET,
@@ -67,10 +67,14 @@ def download(sandbox_id: SandboxId, state: State, path: File, offset: Offset = 0
     "content": {"application/octet-stream": {"schema": {"type": "string",
                                                         "format": "binary"}}}}})
 async def upload(sandbox_id: SandboxId, state: State, request: Request, path: NewFile,
-                 mode: Mode = 0o644, user: Owner = None) -> Written:
+                 who: Caller, mode: Mode = 0o644, user: Owner = None) -> Written:
     chunks = request_chunks(request.stream())
-    size = await anyio.to_thread.run_sync(
-        lambda: state.provider.write_file(sandbox_id, path, chunks, mode=mode, user=user))
+
+    def write() -> int:
+        with state.quotas.upload_slot(who.key):  # it holds a thread while the client sends
+            return state.provider.write_file(sandbox_id, path, chunks, mode=mode, user=user)
+
+    size = await anyio.to_thread.run_sync(write)
     return Written(size=size)
 
 

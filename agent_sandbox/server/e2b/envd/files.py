@@ -106,9 +106,14 @@ async def upload(request: Request) -> Response:
         return _written(path)
 
     def raw() -> JSONResponse:
-        return JSONResponse([write(_path(request), data)])
+        with found.state.quotas.upload_slot(found.api_key()):  # it holds a thread
+            return JSONResponse([write(_path(request), data)])
 
     def multipart() -> JSONResponse:
+        with found.state.quotas.upload_slot(found.api_key()):
+            return _multipart()
+
+    def _multipart() -> JSONResponse:
         given = request.query_params.get("path")
         written = []
         for part, content in MultipartReader(boundary(request.headers["content-type"]),
