@@ -69,14 +69,17 @@ class ProcessOps:
         timeout = checks.timeout(req)
         max_output = int(checks.integer(req, "max_output", 1 << 20, 0, MAX_OUTPUT_CAP) or 0)
         background = bool(req.get("background"))
+        # A background process streamed from its very start (E2B's Start): it outlives the
+        # client, which still gets all its output (a later wait gets only the tail).
+        follow = background and bool(req.get("follow"))
         stdin = bool(req.get("stdin"))
         name = users.check_name(req.get("user"))
         account = users.lookup(name) if name is not None else None
         proc, sub = self.table.spawn(
             argv, cwd, users.login_env(env, account), max_output, stdin, background,
-            subscribe=not background, creds=users.popen_kwargs(account),
+            subscribe=not background or follow, creds=users.popen_kwargs(account),
         )
-        if background or sub is None:
+        if (background and not follow) or sub is None:
             conn.done(pid=proc.pid)
             return
         conn.sock.settimeout(None)
@@ -85,18 +88,20 @@ class ProcessOps:
             # Watching for the client going away costs a thread per exec; a command with
             # a deadline ends by itself, so only stdin, an open-ended run or a caller that
             # may cancel ("watch") needs it.
-            if stdin or timeout is None or req.get("watch") is True:
+            if not follow and (stdin or timeout is None or req.get("watch") is True):
                 conn.reader = threading.Thread(
                     target=_watch, args=(conn, proc, sub, stdin), daemon=True
                 )
                 conn.reader.start()
             timed_out, cancelled = _stream(conn, proc, sub, timeout, kill=True)
         except BaseException:
-            proc.signal(signal.SIGKILL)  # client gone mid-stream: don't leave it running
+            if not follow:
+                proc.signal(signal.SIGKILL)  # client gone mid-stream: don't leave it running
             raise
         finally:
             proc.unsubscribe(sub)
-            proc.release_output()
+            if not follow:
+                proc.release_output()
         if cancelled:
             proc.signal(signal.SIGKILL)
             return

@@ -62,8 +62,14 @@ class Provider(Protocol):
     def run(self, sandbox_id: str, cmd: str, cwd: str | None = None,
             envs: dict[str, str] | None = None, timeout: float | None = None,
             stdin: StdinData | None = None, on_stdout: OutputCallback | None = None,
-            on_stderr: OutputCallback | None = None, user: str | None = None
-            ) -> CommandResult: ...
+            on_stderr: OutputCallback | None = None, user: str | None = None,
+            on_start: Callable[[int], None] | None = None, detach: bool = False
+            ) -> CommandResult:
+        """``on_start`` gets the pid once it runs. ``detach``: it outlives a caller that
+        goes away (keeps running, stdin open for ``send_stdin``, no default timeout), yet
+        this call gets all its output from its start (envd's Start; the embedded engine
+        only)."""
+        ...
     def start(self, sandbox_id: str, cmd: str, cwd: str | None = None,
               envs: dict[str, str] | None = None, user: str | None = None) -> int: ...
     def process_output(self, sandbox_id: str, pid: int) -> ProcessOutput: ...

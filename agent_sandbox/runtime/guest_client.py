@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO
 
 from agent_sandbox.cancel import current as current_call
@@ -128,10 +128,16 @@ class GuestClient:
         on_stderr: OutputCallback | None = None,
         cancel: Cancel | None = None,
         user: str | None = None,
+        on_start: Callable[[int], None] | None = None,
+        detach: bool = False,
+        stdin_open: bool = False,
     ) -> ExecResult:
         """Run a command to completion, streaming output to the callbacks as it arrives
         (or until ``cancel`` ends it: the guest kills the command). ``user``: an account
-        of the sandbox to run it as (default root)."""
+        of the sandbox to run it as (default root). ``on_start`` gets its pid once it
+        runs. ``detach``: it outlives this call (a background process, followed from its
+        start; ``cancel`` then only stops following); ``stdin_open``: its stdin stays open for
+        ``send_stdin``."""
         req = {
             "op": "exec",
             "argv": list(argv),
@@ -139,8 +145,9 @@ class GuestClient:
             "env": env,
             "timeout": timeout,
             "max_output": max_output,
-            "stdin": stdin is not None,
-            "background": False,
+            "stdin": stdin is not None or stdin_open,
+            "background": detach,
+            "follow": detach,
             # A cancellable caller shuts the connection down to stop it: the guest watches.
             "watch": cancel is not None or current_call() is not None,
             **({"user": user} if user is not None else {}),
@@ -153,6 +160,8 @@ class GuestClient:
         try:
             started, _ = conn.recv()
             pid = field(started, "pid", int)
+            if on_start is not None:
+                on_start(pid)
             if stdin is not None:
                 feeder = threading.Thread(target=feed_stdin, args=(conn, stdin), daemon=True)
                 feeder.start()

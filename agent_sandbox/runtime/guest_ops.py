@@ -59,20 +59,22 @@ class GuestOps:
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
         user: str | None = None,
+        on_start: Callable[[int], None] | None = None,
+        detach: bool = False,
     ) -> CommandResult:
         cmd = validate.command(cmd)
         user = validate.user(user)
         row = self._sandboxes.row(sandbox_id)
         cwd = validate.path(cwd or self._sandboxes.template_for(row).workdir, "cwd")
         timeout = validate.positive(timeout, "timeout", maximum=86400) or \
-            self.config.command_timeout
+            (None if detach else self.config.command_timeout)
         env = self._sandboxes.env(row, envs)
         data = stdin.encode() if isinstance(stdin, str) else stdin  # or a stream of bytes
         result: ExecResult = self._call(sandbox_id, lambda g: g.exec(
             ["/bin/sh", "-c", cmd], cwd=cwd, env=env, timeout=timeout,
             max_output=self.config.max_output, stdin=data,
             on_stdout=_text_callback(on_stdout), on_stderr=_text_callback(on_stderr),
-            user=user,
+            user=user, on_start=on_start, detach=detach, stdin_open=detach,
         ), row)
         if result.timed_out:  # killed at its deadline: one convention for every client
             result.exit_code = TIMEOUT_EXIT_CODE

@@ -196,8 +196,12 @@ class RemoteProvider:
     def run(self, sandbox_id: str, cmd: str, cwd: str | None = None,
             envs: dict[str, str] | None = None, timeout: float | None = None,
             stdin: StdinData | None = None, on_stdout: OutputCallback | None = None,
-            on_stderr: OutputCallback | None = None, user: str | None = None
+            on_stderr: OutputCallback | None = None, user: str | None = None,
+            on_start: Callable[[int], None] | None = None, detach: bool = False
             ) -> CommandResult:
+        if on_start is not None or detach:
+            raise InvalidArgumentError("on_start and detach are served by the embedded "
+                                       "engine only (the gateway's E2B API uses them)")
         if stdin is not None and not isinstance(stdin, str | bytes | bytearray | memoryview):
             from agent_sandbox.providers.remote.stdin_run import run_fed
 

@@ -76,6 +76,28 @@ def wait_work(provider: Provider, sandbox_id: str, pid: int) -> WorkFn:
     return work
 
 
+def run_work(provider: Provider, sandbox_id: str, cmd: str, *, cwd: str,
+             envs: dict[str, str], user: str,
+             on_start: Callable[[int], None]) -> WorkFn:
+    """Start a command and follow it from its very start (all of its output, not the
+    tail a later wait gets): its pid first (``on_start`` is told, in the worker thread,
+    before the client is), its output as it comes, its exit code. It is detached: a
+    client that goes away leaves it running."""
+
+    def work(emit: Emit) -> dict[str, Any]:
+        def started(pid: int) -> None:
+            on_start(pid)
+            emit({"pid": pid})
+
+        result = provider.run(sandbox_id, cmd, cwd=cwd, envs=envs, user=user,
+                              on_stdout=lambda text: emit({"stdout": text}),
+                              on_stderr=lambda text: emit({"stderr": text}),
+                              on_start=started, detach=True)
+        return {"end": result.exit_code}
+
+    return work
+
+
 def pty_work(open_session: Callable[[Callable[[bytes], None]], PtySession],
              on_open: Callable[[PtySession], None]) -> WorkFn:
     """Start (or attach to) a terminal: its pid first (``on_open`` is told, before any of

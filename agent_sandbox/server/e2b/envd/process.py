@@ -106,13 +106,7 @@ class ProcessService(Process):
         holds a gateway thread): max_commands for commands, the terminal quota for ptys."""
         state = found.state
 
-        def key() -> Any:
-            try:
-                return state.keys.get(found.owner) if found.owner else None
-            except SandboxError:
-                return None
-
-        api_key = await anyio.to_thread.run_sync(key)
+        api_key = await anyio.to_thread.run_sync(found.api_key)
         slot = (state.quotas.terminal_slot if terminal else state.quotas.command_slot)(api_key)
         try:
             slot.__enter__()
@@ -157,14 +151,14 @@ class ProcessService(Process):
             size = request.pty.size if request.pty is not None else None
             work = terminals.start_work(found, record, size, _shell(record))
         else:
-            pid = await blocking(lambda: provider.start(
-                sid, _shell(record), cwd=record.cwd, envs=record.envs, user=record.user),
-                "Start")
-            registered(pid)
-            if request.has_field("stdin") and not request.stdin:
-                await _close_stdin_quietly(found, pid)  # envd gives such a process no stdin
-            yield ev.start_event(pid)
-            work = ev.wait_work(provider, sid, pid)
+            no_stdin = request.has_field("stdin") and not request.stdin
+
+            def started(pid: int) -> None:  # in the worker thread, before any output
+                if no_stdin:  # envd gives such a process no stdin
+                    _close_stdin_now(found, pid)
+
+            work = ev.run_work(provider, sid, _shell(record), cwd=record.cwd,
+                               envs=record.envs, user=record.user, on_start=started)
         async with aclosing(ev.events(work, interval)) as events:
             async for event in events:
                 match event.event:
@@ -310,12 +304,12 @@ def _info(record: Record) -> pb.ProcessInfo:
         cmd=record.cmd, args=record.args, envs=record.envs, cwd=record.cwd))
 
 
-async def _close_stdin_quietly(found: target.Target, pid: int) -> None:
+def _close_stdin_now(found: target.Target, pid: int) -> None:
+    """In a worker thread: the process may have ended already."""
     try:
-        await anyio.to_thread.run_sync(lambda: found.provider.send_stdin(
-            found.sandbox_id, pid, b"", close=True))
+        found.provider.send_stdin(found.sandbox_id, pid, b"", close=True)
     except SandboxError:
-        pass  # it has ended already
+        pass
 
 
 def _kill_quietly(found: target.Target, pid: int, pty: bool) -> None:
