@@ -58,3 +58,41 @@ def test_concurrent_command_quota(gw: Gateway, sandbox_a: str) -> None:
         t.join()
     assert results == [0, 0]
     assert provider.run(sandbox_a, "true").exit_code == 0
+
+
+def test_slow_uploads_hold_a_slot_of_their_own(gw: Gateway) -> None:
+    """An upload holds a gateway thread while its client sends: a key's slow uploads are
+    capped (as many as its commands) apart from its commands, so a running command never
+    keeps the same key from uploading, and a key's idle uploads cannot starve the rest."""
+    _, token = gw.keys.create("one-upload", max_sandboxes=1, max_commands=1)
+    provider = RemoteProvider(gw.url, token)
+    sandbox_id = provider.create().sandbox_id
+    go = threading.Event()
+
+    def trickle():  # an upload that stays open until told
+        yield b"first"
+        go.wait(60)
+        yield b" last"
+
+    try:
+        slow = threading.Thread(target=provider.write_file,
+                                args=(sandbox_id, "/tmp/slow", trickle()))
+        slow.start()
+        deadline = time.monotonic() + 30
+        refused = None
+        while refused is None and time.monotonic() < deadline:
+            try:  # once the slow one holds the slot, a second is a 429
+                provider.write_file(sandbox_id, "/tmp/second", b"x")
+                time.sleep(0.05)
+            except ResourceExhaustedError as exc:
+                refused = exc
+        assert refused is not None and "uploads at once" in str(refused)
+        # A command is not an upload: it still runs meanwhile.
+        assert provider.run(sandbox_id, "echo ok").stdout == "ok\n"
+        go.set()
+        slow.join(60)
+        assert b"".join(provider.read_file(sandbox_id, "/tmp/slow")) == b"first last"
+        provider.write_file(sandbox_id, "/tmp/second", b"x")  # the slot came back
+    finally:
+        go.set()
+        provider.kill(sandbox_id, delete_volume=True)
