@@ -12,7 +12,7 @@ from typing import Any
 from starlette.exceptions import HTTPException
 
 MAX_BODY = 16 << 20  # bytes
-_STREAMED = re.compile(r"^/v1/sandboxes/[^/]+/(files/content|dirs/archive|ports/\d+(/.*)?)$")
+_STREAMED = re.compile(r"^/v1/sandboxes/[^/]+/(files/(content|archive)|ports/\d+(/.*)?)$")
 
 
 class BodyCap:
