@@ -17,7 +17,7 @@ KUBECONFIG_OUT=$STATE/kubeconfig
 K8S_VERSION=1.20.2
 ETCD_PORT=23790             # not 2379: leave a system etcd alone
 API=https://127.0.0.1:6443
-CGROUP_CONTROLLERS="cpu cpuacct cpuset memory pids freezer blkio devices hugetlb net_cls net_prio perf_event systemd"
+CGROUP_CONTROLLERS="cpu cpuacct cpuset memory pids freezer blkio devices hugetlb net_cls net_prio perf_event systemd unified"
 # an unexpected failure (set -e) names the script, line and command instead of exiting silently
 trap 'die "$(basename "$0"): line $LINENO: \"$BASH_COMMAND\" failed"' ERR
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
