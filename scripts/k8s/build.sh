@@ -92,7 +92,7 @@ else
         "$K8S_VERSION" >"$CACHE/version.env"
     what=""; for c in "${KUBE_CMDS[@]}"; do what+="cmd/$c "; done
     (cd "$SRC" && export PATH=$GO:$PATH GOPROXY=off GOSUMDB=off GOFLAGS=-tags=providerless \
-        GOCACHE=$CACHE/gocache KUBE_GIT_VERSION_FILE=$CACHE/version.env &&
+        KUBE_GIT_VERSION_FILE=$CACHE/version.env &&
         run_logged "make ${what% }" "$BLOG/kube-build.log" nice -n 19 make WHAT="${what% }")
     out=$SRC/_output/local/bin/linux/amd64
     outs=()
