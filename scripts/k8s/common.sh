@@ -64,7 +64,14 @@ stamp_write() {
     { echo "key $key"; sha256sum "$@"; } >"$STAMPS/$step.tmp" && mv "$STAMPS/$step.tmp" "$STAMPS/$step"
 }
 
-pid_alive() { [ -f "$PIDS/$1" ] && kill -0 "$(cat "$PIDS/$1")" 2>/dev/null; }
+# pid_alive NAME: the recorded process exists and is not a zombie (PID 1 here may be slow to reap)
+pid_alive() {
+    local pid st
+    [ -f "$PIDS/$1" ] || return 1
+    pid=$(cat "$PIDS/$1")
+    { read -r _ _ st _ <"/proc/$pid/stat"; } 2>/dev/null || return 1
+    [ "$st" != Z ]
+}
 
 kubectl_admin() { "$BIN/kubectl" --kubeconfig="$KUBECONFIG_OUT" "$@"; }
 
