@@ -7,6 +7,7 @@ set -euo pipefail
 . "$(dirname "$0")/common.sh"
 need_root
 T0=$(date +%s.%N)
+since() { printf '%.1f s' "$(echo "$(date +%s.%N) - $T0" | bc)"; }
 ALL=(etcd kube-apiserver kube-controller-manager kube-scheduler)
 for n in $(seq "$NODES"); do ALL+=("containerd-$n" "kubelet-$n"); done
 
@@ -39,17 +40,17 @@ rm -rf "$RUN" "$LOGS" "$PIDS" "$KUBECONFIG_OUT"
 mkdir -p "$RUN" "$LOGS" "$PIDS"
 say "certificates ($PKI)"
 "$HERE/certs.sh" >"$LOGS/certs.log" 2>&1 || die_log "certificate generation failed" "$LOGS/certs.log"
-say "control plane"
+say "control plane (certificates ready at $(since))"
 "$HERE/control_plane.sh"
 for n in $(seq "$NODES"); do
-    say "node $n (127.0.0.$n)"
+    say "node $n (127.0.0.$n) at $(since)"
     "$HERE/node.sh" "$n"
 done
 
 # ---- wait: every node Ready, then the default service account (pods cannot be created before it exists)
 cp "$PKI/admin.kubeconfig" "$KUBECONFIG_OUT.tmp" && mv "$KUBECONFIG_OUT.tmp" "$KUBECONFIG_OUT"
 ready_count() { { kubectl_admin get nodes --no-headers 2>/dev/null || true; } | awk '$2 == "Ready"' | wc -l; }
-say "waiting for $NODES Ready nodes"
+say "waiting for $NODES Ready nodes (kubelets started at $(since))"
 for i in $(seq 240); do
     [ "$(ready_count)" -eq "$NODES" ] && break
     for n in $(seq "$NODES"); do
@@ -63,7 +64,8 @@ for i in $(seq 240); do
     [ $((i % 20)) -eq 0 ] && say "  $(ready_count) of $NODES Ready after $((i / 2)) s"
     sleep 0.5
 done
+say "  $NODES Ready at $(since)"
 wait_until 60 "the default service account" kube-controller-manager kubectl_admin get serviceaccount default
 kubectl_admin get nodes -o wide >&2
-say "cluster up: $NODES nodes Ready in $(printf '%.1f' "$(echo "$(date +%s.%N) - $T0" | bc)") s; kubeconfig:"
+say "cluster up: $NODES nodes Ready and the default service account in $(since); kubeconfig:"
 echo "$KUBECONFIG_OUT"
