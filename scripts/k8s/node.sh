@@ -82,6 +82,9 @@ imageGCHighThresholdPercent: 99
 imageGCLowThresholdPercent: 98
 maxPods: 60
 serializeImagePulls: false
+# report a change of node condition within 2 s (default 10 s): a node registers NotReady, its CNI config
+# loads a moment later, and Ready then came one full period after
+nodeStatusUpdateFrequency: 2s
 T
 start_bg "kubelet-$N" "$BIN/kubelet" --config="$R/kubelet.yaml" --kubeconfig="$PKI/kubelet-$N.kubeconfig" \
     --root-dir="$R/kubelet" --hostname-override="127.0.0.$N" \
