@@ -4,15 +4,11 @@ docs/e2b.md tells a user to."""
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from e2bgateway import E2BGateway
-
-from agent_sandbox.server.keys import KeyStore
-from agent_sandbox.server.process import GatewayProcess
+from gateways import running_gateway
 
 pytestmark = pytest.mark.integration
 
@@ -20,17 +16,9 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="session")
 def e2b_gateway() -> Iterator[E2BGateway]:
     pytest.importorskip("e2b", reason="the e2b SDK is not installed (pip install -e .[test])")
-    keys_file = Path(tempfile.mkdtemp(prefix="abx-e2b-keys-")) / "keys.db"
-    store = KeyStore(keys_file)
-    gateway = E2BGateway(GatewayProcess(keys_file=str(keys_file)), store)
-    for name in ("a", "b"):
-        _, gateway.keys[name] = store.create(name, e2b=True, max_sandboxes=20,
-                                             max_commands=32)
-    gateway.proc.start()
-    try:
-        yield gateway
-    finally:
-        gateway.proc.stop()
+    tenant = {"e2b": True, "max_sandboxes": 20, "max_commands": 32}
+    with running_gateway("abx-e2b-keys-", {"a": tenant, "b": tenant}) as (proc, store, keys):
+        yield E2BGateway(proc, store, keys)
 
 
 @pytest.fixture

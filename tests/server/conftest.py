@@ -2,31 +2,20 @@
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from _gw import Gateway
-
-from agent_sandbox.server.keys import KeyStore
-from agent_sandbox.server.process import GatewayProcess
+from gateways import running_gateway
 
 
 @pytest.fixture(scope="session")
 def gw() -> Iterator[Gateway]:
-    keys_file = Path(tempfile.mkdtemp(prefix="abx-gw-keys-")) / "keys.db"
-    keys = KeyStore(keys_file)
-    gateway = Gateway(GatewayProcess(keys_file=str(keys_file)), keys)
-    for name, admin, boxes, cmds in (("a", False, 3, 2), ("b", False, 3, 2),
-                                     ("admin", True, 10, 10)):
-        _, gateway.tokens[name] = keys.create(name, admin=admin, max_sandboxes=boxes,
-                                              max_commands=cmds)
-    gateway.proc.start()
-    try:
-        yield gateway
-    finally:
-        gateway.proc.stop()
+    tenant = {"max_sandboxes": 3, "max_commands": 2}
+    keys = {"a": tenant, "b": tenant,
+            "admin": {"admin": True, "max_sandboxes": 10, "max_commands": 10}}
+    with running_gateway("abx-gw-keys-", keys) as (proc, store, tokens):
+        yield Gateway(proc, store, tokens)
 
 
 @pytest.fixture

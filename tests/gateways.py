@@ -1,0 +1,29 @@
+"""A real gateway (``abx serve`` as a subprocess) with its own key store, for the tests
+that talk to one (tests/server, tests/e2b)."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from agent_sandbox.server.keys import KeyStore
+from agent_sandbox.server.process import GatewayProcess
+
+
+@contextmanager
+def running_gateway(prefix: str, keys: dict[str, dict[str, Any]]
+                    ) -> Iterator[tuple[GatewayProcess, KeyStore, dict[str, str]]]:
+    """The gateway, its key store, and a token per key of ``keys`` (name: create's
+    options), made before it starts; stopped afterwards."""
+    keys_file = Path(tempfile.mkdtemp(prefix=prefix)) / "keys.db"
+    store = KeyStore(keys_file)
+    tokens = {name: store.create(name, **options)[1] for name, options in keys.items()}
+    proc = GatewayProcess(keys_file=str(keys_file))
+    proc.start()
+    try:
+        yield proc, store, tokens
+    finally:
+        proc.stop()
