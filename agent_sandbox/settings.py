@@ -37,7 +37,7 @@ DEFAULT_DAEMON_SOCKET = "/run/abx/abx.sock"
 # Blank is a value of these (see the module docstring); blank is the default for the rest.
 BLANK_MEANS_SOMETHING = frozenset({"ABX_MCP_AUDIT_LOG", "ABX_MCP_AUTH_TOKEN"})
 CommaList = Annotated[tuple[str, ...], NoDecode]
-EngineKind = Literal["auto", "embedded", "rootless", "daemon", "remote"]
+EngineKind = Literal["auto", "embedded", "rootless", "daemon", "remote", "kubernetes"]
 ENGINES: tuple[str, ...] = get_args(EngineKind)
 
 
@@ -84,8 +84,8 @@ class Settings(BaseSettings):
 
     # Which engine: the rules are in providers/engine_choice.py.
     engine: EngineKind = _var(
-        "ABX_ENGINE", "Force the engine: `embedded` (root), `rootless`, `daemon` or `remote`; "
-        "`auto` chooses (docs/daemon.md).", default="auto")
+        "ABX_ENGINE", "Force the engine: `embedded` (root), `rootless`, `daemon`, `remote` or "
+        "`kubernetes` (docs/kubernetes.md); `auto` chooses (docs/daemon.md).", default="auto")
     sandbox_api_key: str = _var(
         "ABX_SANDBOX_API_KEY", "API key sent to the remote gateway.",
         config_key="sandbox_api_key", secret=True, default="")
@@ -133,6 +133,26 @@ class Settings(BaseSettings):
     paused_stop_after: float = _var(
         "ABX_PAUSED_STOP_AFTER", "Seconds a sandbox stays paused before its container is "
         "stopped (disk kept; resuming boots it afresh).", default=900.0, ge=0)
+
+    # The Kubernetes provider (ABX_ENGINE=kubernetes; docs/kubernetes.md).
+    k8s_kubeconfig: str = _var(
+        "ABX_K8S_KUBECONFIG", "Kubeconfig of the cluster.", shown_default="`$KUBECONFIG`, "
+        "`~/.kube/config`, else the in-cluster service account", default="")
+    k8s_namespace: str = _var(
+        "ABX_K8S_NAMESPACE", "Namespace of the sandboxes' Pods, Secrets and volumes.",
+        shown_default="the pod's own namespace in a cluster, else `default`", default="")
+    k8s_storage_class: str = _var(
+        "ABX_K8S_STORAGE_CLASS", "StorageClass of /workspace volumes.",
+        shown_default="the cluster's default", default="")
+    k8s_hostpath_dir: str = _var(
+        "ABX_K8S_HOSTPATH_DIR", "Clusters without a volume provisioner (the test cluster): "
+        "each volume is a hostPath PersistentVolume under this directory.", default="")
+    k8s_runtime_class: str = _var(
+        "ABX_K8S_RUNTIME_CLASS", "`runtimeClassName` of sandbox Pods (e.g. `gvisor`, `kata`).",
+        default="")
+    k8s_image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = _var(
+        "ABX_K8S_IMAGE_PULL_POLICY", "`imagePullPolicy` of sandbox Pods.",
+        default="IfNotPresent")
 
     # The REST gateway.
     gateway_keys_file: Path | None = _var(
@@ -217,8 +237,8 @@ class Settings(BaseSettings):
     def _engine_kind(cls, value: Any) -> Any:
         kind = value.strip().lower() if isinstance(value, str) else value
         if kind not in ENGINES:
-            raise ValueError(f"{value!r} is not one of embedded, rootless, daemon, remote "
-                             "(or auto)")
+            raise ValueError(f"{value!r} is not one of embedded, rootless, daemon, remote, "
+                             "kubernetes (or auto)")
         return kind
 
     @field_validator("sandbox_base_url", mode="before")

@@ -1,6 +1,7 @@
 """Which engine this process uses, and why: the decision behind ``default_provider()``.
 
-``ABX_ENGINE=embedded|rootless|daemon|remote`` forces one. Otherwise, in order:
+``ABX_ENGINE=embedded|rootless|daemon|remote|kubernetes`` forces one (``kubernetes`` is
+never chosen automatically). Otherwise, in order:
 
 1. ``ABX_SANDBOX_BASE_URL`` set → ``remote`` (a gateway; ``unix:///path`` is a daemon socket);
 2. root → ``embedded`` (the engine in this process);
@@ -24,7 +25,7 @@ from typing import Any
 from agent_sandbox.settings import DEFAULT_DAEMON_SOCKET, Settings, SettingsError
 
 DAEMON_GROUP = "abx"  # users in it may use the daemon
-KINDS = ("embedded", "rootless", "daemon", "remote")
+KINDS = ("embedded", "rootless", "daemon", "remote", "kubernetes")
 __all__ = ["DAEMON_GROUP", "DEFAULT_DAEMON_SOCKET", "EngineChoice", "choose_engine",
            "daemon_socket", "probe_daemon"]
 
@@ -85,6 +86,15 @@ def _fix(daemon_note: str, userns_note: str) -> str:
 
 def _forced(kind: str, settings: Settings) -> EngineChoice:
     root = os.geteuid() == 0
+    if kind == "kubernetes":
+        from agent_sandbox.providers.kubernetes.config import cluster_problem
+
+        problem = cluster_problem(settings)
+        if problem:
+            return EngineChoice(None, "ABX_ENGINE=kubernetes", True, error=(
+                f"ABX_ENGINE=kubernetes cannot work: {problem} (docs/kubernetes.md)"))
+        return EngineChoice("kubernetes", "ABX_ENGINE=kubernetes", True,
+                            target=settings.k8s_namespace or None)
     if kind == "embedded":
         if not root:
             return EngineChoice(None, "ABX_ENGINE=embedded", True, error=(

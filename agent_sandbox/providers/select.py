@@ -2,7 +2,8 @@
 
 - ``remote``: a gateway at ``ABX_SANDBOX_BASE_URL`` (with ``ABX_SANDBOX_API_KEY``);
 - ``daemon``: the shared abx daemon on its unix socket (``ABX_DAEMON_SOCKET``);
-- ``embedded`` (root) / ``rootless`` (an ordinary user): the engine in this process.
+- ``embedded`` (root) / ``rootless`` (an ordinary user): the engine in this process;
+- ``kubernetes``: Pods of a cluster (``providers/kubernetes``), only when forced.
 
 The settings are the caller's, else those an entry point installed with ``use_settings``,
 else the environment read again on every call (cheap), so a process may switch. The
@@ -87,6 +88,10 @@ def default_provider(settings: Settings | None = None) -> Provider:
         return _remote(choice.target or "", settings.sandbox_api_key, retry)
     if choice.kind == "daemon":
         return _remote("unix://" + (choice.target or ""), "", retry)
+    if choice.kind == "kubernetes":
+        from agent_sandbox.providers.kubernetes import kubernetes_provider
+
+        return kubernetes_provider(settings)
     from agent_sandbox.providers.local import local_provider
 
     return local_provider(settings)
