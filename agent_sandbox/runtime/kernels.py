@@ -71,9 +71,11 @@ class _Kernel:
 class Kernels:
     """The engine's kernels, per (sandbox, context); one cell at a time per context."""
 
-    def __init__(self, host: KernelHost) -> None:
+    def __init__(self, host: KernelHost, files: KernelFiles | None = None) -> None:
         self.host = host
-        self.files = KernelFiles(host)
+        # Where connection files are made: by confined descriptor on this host, or
+        # (a cluster's Pods) through the guest.
+        self.files = files or KernelFiles(host)
         self._kernels: dict[tuple[str, str], _Kernel] = {}
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._guard = threading.Lock()
@@ -236,7 +238,7 @@ class Kernels:
         return self._start(sandbox_id, row, tmpl, state, ready), had_kernel
 
     def _guest(self, sandbox_id: str) -> GuestClient:
-        return GuestClient(self.host.socket(sandbox_id))
+        return self.host.client(sandbox_id)
 
     def _running(self, sandbox_id: str, state: KernelState) -> bool:
         """Is the context's kernel process alive (the guest's table, pid and argv)?"""

@@ -68,6 +68,9 @@ class Sandboxes:
     def socket(self, sandbox_id: str) -> str:
         return self.layout.socket(sandbox_id)
 
+    def client(self, sandbox_id: str) -> GuestClient:
+        return GuestClient(self.socket(sandbox_id))
+
     def touch(self, sandbox_id: str) -> None:
         self.store.touch(sandbox_id)
 

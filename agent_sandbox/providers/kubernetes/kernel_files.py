@@ -1,0 +1,56 @@
+"""Kernel connection files made through the guest: a Pod's file system is not this
+host's. What the provider keeps about each context (pid, key) stays host-side, in its
+data dir; a provider that lost it restarts the context's kernel on next use."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+
+from agent_sandbox.errors import SandboxError
+from agent_sandbox.runtime.kernel_files import PORTS, KernelFiles, KernelState, connection
+from agent_sandbox.runtime.kernel_user import connection_inside, dir_name, sockets_inside
+from agent_sandbox.runtime.oci import GUEST_RUN_DIR
+
+
+class GuestKernelFiles(KernelFiles):
+    def run_dir(self, sandbox_id: str) -> Path:  # never opened on this host
+        raise NotImplementedError("a Pod's run dir is reached through its guest")
+
+    def state_dir(self, sandbox_id: str) -> Path:
+        folder = self.host.sandbox_dir(sandbox_id) / "kernels"
+        folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return folder
+
+    def write_connection(self, sandbox_id: str, state: KernelState) -> None:
+        assert state.prefix is not None
+        guest = self.host.client(sandbox_id)
+        if state.user is not None:
+            guest.mkdir(f"{GUEST_RUN_DIR}/{dir_name(state.prefix)}")
+        data = json.dumps(connection(state, sockets_inside(state.prefix, state.user)))
+        guest.write(connection_inside(state.prefix, state.user), data.encode(), mode=0o600)
+
+    def remove(self, sandbox_id: str, state: KernelState) -> None:
+        if not state.prefix:
+            return
+        if state.user is not None:
+            names = [dir_name(state.prefix)]
+        else:
+            names = [f"{state.prefix}.json", *(f"{state.prefix}-{p}" for p in PORTS.values())]
+        with contextlib.suppress(SandboxError):
+            guest = self.host.client(sandbox_id)
+            for name in names:
+                with contextlib.suppress(SandboxError):
+                    guest.remove(f"{GUEST_RUN_DIR}/{name}", recursive=True)
+
+    def save(self, sandbox_id: str, state: KernelState) -> None:
+        self.state_dir(sandbox_id)  # makes its parent, private
+        super().save(sandbox_id, state)
+
+
+def private_dir(path: Path) -> Path:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path

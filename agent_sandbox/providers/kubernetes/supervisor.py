@@ -1,0 +1,113 @@
+"""The provider's background duties, one thread:
+
+- write each sandbox's last use back to its record (at most every 30 s per sandbox), so
+  idle timeouts survive a provider restart;
+- pause sandboxes idle past their timeout (nothing in flight on them);
+- replace the Pods of running sandboxes that lost theirs (a node that stopped answering,
+  an evicted or failed Pod): a new Pod on the same volume, memory lost;
+- delete Pods whose sandbox record is gone (the cluster's garbage collector does too,
+  through their owner reference; this covers a cluster without it);
+- keep the warm pool full.
+Every pass tolerates an unreachable API: it logs and tries again on the next.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from agent_sandbox.errors import SandboxError
+from agent_sandbox.providers.kubernetes import objects
+from agent_sandbox.providers.kubernetes.pool import PodPool
+from agent_sandbox.runtime.store import SandboxState
+
+if TYPE_CHECKING:
+    from agent_sandbox.providers.kubernetes.pods import Live
+    from agent_sandbox.providers.kubernetes.provider import KubernetesProvider
+
+log = logging.getLogger(__name__)
+PASS_EVERY = 3.0  # seconds between passes
+
+
+class Supervisor:
+    def __init__(self, provider: KubernetesProvider, stop: threading.Event) -> None:
+        self.provider = provider
+        self.pool = PodPool(provider)
+        self._stop = stop
+        self._replacing: set[str] = set()
+        self._workers = ThreadPoolExecutor(4, thread_name_prefix="abx-k8s-replace")
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="abx-k8s-supervisor", daemon=True).start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(PASS_EVERY):
+            try:
+                self.pass_once()
+            except Exception as exc:  # noqa: BLE001 - the next pass tries again
+                log.warning("kubernetes supervisor pass failed: %s", exc)
+
+    def pass_once(self, now: float | None = None) -> None:
+        p = self.provider
+        sandboxes = p._sandboxes
+        for sandbox_id, used in sandboxes.unsaved_use().items():
+            try:
+                p._update(sandbox_id, last_used=used)
+            except SandboxError:
+                sandboxes.forget(sandbox_id)
+        lives = sandboxes.load_all()
+        lost_nodes = self._lost_nodes()
+        now = now or time.time()
+        known = {live.row.id for live in lives}
+        for live in lives:
+            if live.state != SandboxState.RUNNING:
+                continue
+            if (not sandboxes.activity.active(live.row.id)
+                    and live.row.last_used + live.row.timeout < now):
+                self._quietly(p.pause, live.row.id)
+            elif live.pod is None or live.node in lost_nodes:
+                self._replace(live)
+        for pod in p.cluster.list("Pod", objects.LABEL_SANDBOX):
+            labels = pod["metadata"].get("labels") or {}
+            if labels.get(objects.LABEL_SANDBOX) not in known:
+                p.cluster.delete("Pod", pod["metadata"]["name"])
+        self.pool.refill()
+
+    def _lost_nodes(self) -> set[str]:
+        lost = set()
+        for node in self.provider.cluster.nodes():
+            ready = [c for c in (node.get("status") or {}).get("conditions") or []
+                     if c.get("type") == "Ready"]
+            if not ready or ready[0].get("status") != "True":
+                lost.add(node["metadata"]["name"])
+        return lost
+
+    def _replace(self, live: Live) -> None:
+        sid = live.row.id
+        if sid in self._replacing:
+            return
+        self._replacing.add(sid)
+        log.warning("sandbox %s lost its pod %s: starting a new one on its volume",
+                    sid, live.pod)
+
+        def work() -> None:
+            try:
+                with self.provider._sandboxes.lock(sid):
+                    self.provider._sandboxes.stop_pod(live)
+                self.provider.resume(sid)
+            except SandboxError as exc:
+                log.warning("sandbox %s: no new pod yet: %s", sid, exc)
+            finally:
+                self._replacing.discard(sid)
+
+        self._workers.submit(work)
+
+    @staticmethod
+    def _quietly(fn: Any, *args: Any) -> None:
+        try:
+            fn(*args)
+        except SandboxError as exc:
+            log.warning("kubernetes supervisor: %s", exc)
