@@ -27,13 +27,16 @@ api_ready() { [ "$(curl -sf --cacert "$PKI/ca.crt" "$API/readyz")" = ok ]; }
 wait_until 120 "kube-apiserver /readyz" kube-apiserver api_ready
 
 # No nodeipam/route/service controllers: pod CIDRs are fixed per node by its bridge CNI config; no cloud.
+# The volume binder resyncs every 1 s (default 15 s: a new claim on its pre-made hostPath volume waited up to
+# 15 s, so every sandbox create did); a node silent for 20 s is NotReady (default 40 s).
 start_bg kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig="$PKI/controller-manager.kubeconfig" \
     --authentication-kubeconfig="$PKI/controller-manager.kubeconfig" \
     --authorization-kubeconfig="$PKI/controller-manager.kubeconfig" \
     --bind-address=127.0.0.1 --secure-port=10257 --leader-elect=false --use-service-account-credentials=true \
     --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
     --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
-    --controllers='*,-nodeipam,-cloud-node-lifecycle,-service,-route' --profiling=false
+    --controllers='*,-nodeipam,-cloud-node-lifecycle,-service,-route' --profiling=false \
+    --pvclaimbinder-sync-period=1s --node-monitor-period=2s --node-monitor-grace-period=20s
 start_bg kube-scheduler "$BIN/kube-scheduler" --kubeconfig="$PKI/scheduler.kubeconfig" \
     --authentication-kubeconfig="$PKI/scheduler.kubeconfig" --authorization-kubeconfig="$PKI/scheduler.kubeconfig" \
     --bind-address=127.0.0.1 --secure-port=10259 --leader-elect=false --profiling=false

@@ -81,6 +81,8 @@ evictionHard: {memory.available: "200Mi", nodefs.available: "2%", imagefs.availa
 imageGCHighThresholdPercent: 99
 imageGCLowThresholdPercent: 98
 maxPods: 60
+# every pod's processes capped (a fork bomb in a sandbox stays in its pod)
+podPidsLimit: 1024
 serializeImagePulls: false
 # report a change of node condition within 2 s (default 10 s): a node registers NotReady, its CNI config
 # loads a moment later, and Ready then came one full period after

@@ -44,6 +44,7 @@ def test_pod_runs_the_guest_unprivileged_with_its_token_from_the_secret() -> Non
         "name": "abx-sbx-abcdefghij", "key": "token"}}}]
     assert c["command"][-2:] == ["--tcp", f"0.0.0.0:{objects.GUEST_PORT}"]
     assert c["resources"]["limits"] == {"cpu": "500m", "memory": "256Mi"}
+    assert c["resources"]["requests"] == {"cpu": "50m", "memory": "64Mi"}
     assert c["imagePullPolicy"] == "Never"
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
     assert mounts["/workspace"] == "workspace"
