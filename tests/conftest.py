@@ -90,6 +90,19 @@ def code_template() -> str:
 
 
 @pytest.fixture(scope="session")
+def k8s_cluster() -> Iterator[object]:
+    """A namespace of the test cluster with ``base`` pushed (tests/k8scluster.py); skips
+    with the reason when the cluster is not running here."""
+    import k8scluster
+
+    reason = k8scluster.missing()
+    if reason:
+        pytest.skip(reason)
+    with k8scluster.session_namespace() as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
 def local_users() -> Iterator[object]:
     """Factory of real unprivileged users (``local_users.create()``); skips without root."""
     from localusers import LocalUsers

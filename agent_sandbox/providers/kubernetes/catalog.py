@@ -79,11 +79,12 @@ class Catalog:
 
     def get(self, name: str) -> tuple[Template, str]:
         """The template named ``name`` and its image."""
+        validate_name(name)
         data = self.entries().get(name) or self.entries(refresh=True).get(name)
         if data is None:
             known = ", ".join(sorted(self.entries())) or "none"
             raise NotFoundError(
-                f"template {name!r} is not in the cluster (namespace {self.namespace}; "
+                f"template {name!r} not found in the cluster (namespace {self.namespace}; "
                 f"available: {known}); push it with `abx template push {name}`")
         return template_of(name, data), data["image"]
 

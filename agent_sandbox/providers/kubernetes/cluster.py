@@ -156,8 +156,7 @@ class Cluster:
 
 
 _WAITING_FATAL = ("ErrImageNeverPull", "ImagePullBackOff", "ErrImagePull",
-                  "InvalidImageName", "CreateContainerConfigError", "CreateContainerError",
-                  "RunContainerError")
+                  "InvalidImageName", "CreateContainerError", "RunContainerError")
 
 
 def pod_problem(pod: dict[str, Any]) -> str | None:
@@ -170,9 +169,23 @@ def pod_problem(pod: dict[str, Any]) -> str | None:
     for c in status.get("containerStatuses") or []:
         state = c.get("state") or {}
         waiting = state.get("waiting") or {}
-        if waiting.get("reason") in _WAITING_FATAL:
+        # A kubelet whose secret cache lags says CreateContainerConfigError, then retries:
+        # only a missing object is final.
+        config_gone = (waiting.get("reason") == "CreateContainerConfigError"
+                       and "not found" in str(waiting.get("message")))
+        if waiting.get("reason") in _WAITING_FATAL or config_gone:
             return f"{waiting['reason']}: {str(waiting.get('message') or '')[:300]}"
         if "terminated" in state:
             term = state["terminated"]
             return f"its guest exited ({term.get('reason')}, code {term.get('exitCode')})"
     return None
+
+
+def timestamp(value: str | None) -> float:
+    """An API timestamp (RFC 3339) as epoch seconds; 0 if it is not one."""
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0

@@ -232,14 +232,18 @@ class PodSandboxes:
             {"metadata": {"name": objects.secret_name(live.row.id), "uid": live.secret_uid}})]
         self.cluster.create(manifest)
         try:
-            pod = self.cluster.wait_running(name, START_TIMEOUT)
-            live.pod, live.ip = name, pod["status"]["podIP"]
-            self.address_client(live, connect_timeout=1.0).wait_ready(_READY_TIMEOUT)
+            # Busy while it starts: a short idle timeout must not pause it meanwhile.
+            with self.activity.busy(live.row.id):
+                pod = self.cluster.wait_running(name, START_TIMEOUT)
+                live.pod, live.ip = name, pod["status"]["podIP"]
+                self.address_client(live, connect_timeout=1.0).wait_ready(_READY_TIMEOUT)
         except BaseException:
             self.cluster.delete("Pod", name)
             live.pod = live.ip = None
             raise
-        return self.remember(live)
+        self.remember(live)
+        self.touch(live.row.id)  # its idle time starts now
+        return live
 
     def stop_pod(self, live: Live) -> None:
         self.code.forget(live.row.id)

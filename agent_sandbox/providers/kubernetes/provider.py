@@ -23,7 +23,7 @@ from agent_sandbox.models import SandboxInfo, TemplateInfo, VolumeInfo
 from agent_sandbox.netpolicy import NetworkSpec, parse
 from agent_sandbox.providers.kubernetes import objects
 from agent_sandbox.providers.kubernetes.catalog import Catalog
-from agent_sandbox.providers.kubernetes.cluster import Cluster, Conflict
+from agent_sandbox.providers.kubernetes.cluster import Cluster, Conflict, timestamp
 from agent_sandbox.providers.kubernetes.config import ClusterConfig
 from agent_sandbox.providers.kubernetes.pods import VISIBLE, Live, PodSandboxes
 from agent_sandbox.runtime import validate
@@ -92,6 +92,10 @@ class KubernetesProvider(GuestOps, DirOps, Terminals):
     def make(self, row: SandboxRow, image: str, *, new_volume: bool,
              state: str = SandboxState.RUNNING) -> Live:
         """Every object of a new sandbox, its Pod running; undone on any failure."""
+        with self._sandboxes.activity.busy(row.id):  # never idle while being made
+            return self._make(row, image, new_volume=new_volume, state=state)
+
+    def _make(self, row: SandboxRow, image: str, *, new_volume: bool, state: str) -> Live:
         cluster, made = self.cluster, []
         try:
             secret = cluster.create(objects.secret(row, secrets.token_urlsafe(32), state))
@@ -266,11 +270,13 @@ class KubernetesProvider(GuestOps, DirOps, Terminals):
         found = []
         for claim in self.cluster.list("PersistentVolumeClaim", objects.LABEL_VOLUME):
             meta = claim["metadata"]
+            if meta.get("deletionTimestamp"):
+                continue  # deleted: the cluster finishes once no Pod holds it
             size = str((claim["spec"].get("resources") or {}).get("requests", {})
                        .get("storage", "0Mi"))
             found.append(VolumeInfo(
                 volume_id=meta["labels"][objects.LABEL_VOLUME], size_mb=_mib(size),
-                created_at=_timestamp(meta.get("creationTimestamp")),
+                created_at=timestamp(meta.get("creationTimestamp")),
                 attached_to=(meta.get("annotations") or {}).get(objects.ATTACHED, "")))
         return found
 
@@ -297,6 +303,10 @@ class KubernetesProvider(GuestOps, DirOps, Terminals):
 
     def drain_pool(self) -> int:
         return self.supervisor.pool.drain()
+
+    def reap_once(self, now: float | None = None) -> None:
+        """One pass of the supervisor now: idle timeouts, lost Pods, the warm pool."""
+        self.supervisor.pass_once(now)
 
     def engine_info(self) -> dict[str, Any]:
         return {"mode": "kubernetes", "namespace": self.cluster_config.namespace,
@@ -338,13 +348,3 @@ def _mib(quantity: str) -> int:
         return int(float(quantity) / (1 << 20))
     except ValueError:
         return 0
-
-
-def _timestamp(value: str | None) -> float:
-    from datetime import datetime
-
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
-

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_sandbox.errors import SandboxError
 from agent_sandbox.providers.kubernetes import objects
+from agent_sandbox.providers.kubernetes.cluster import timestamp
 from agent_sandbox.providers.kubernetes.pool import PodPool
 from agent_sandbox.runtime.store import SandboxState
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 PASS_EVERY = 3.0  # seconds between passes
+_ORPHAN_AFTER = 120.0  # seconds a Pod without its record is left alone
 
 
 class Supervisor:
@@ -72,7 +74,9 @@ class Supervisor:
                 self._replace(live)
         for pod in p.cluster.list("Pod", objects.LABEL_SANDBOX):
             labels = pod["metadata"].get("labels") or {}
-            if labels.get(objects.LABEL_SANDBOX) not in known:
+            # Old enough that no create in flight (Secret first, Pod later) made it.
+            old = timestamp(pod["metadata"].get("creationTimestamp")) < now - _ORPHAN_AFTER
+            if labels.get(objects.LABEL_SANDBOX) not in known and old:
                 p.cluster.delete("Pod", pod["metadata"]["name"])
         self.pool.refill()
 

@@ -1,0 +1,104 @@
+"""The test cluster (``scripts/k8s_cluster.sh``) as the Kubernetes tests use it: one
+namespace per test session with the ``base`` template pushed into it, and the settings
+that point the provider at it. Everything is removed at the end of the session.
+
+The cluster is started by the README's test command (``scripts/setup.sh test``); when it
+is not running here, the tests that need it skip saying why (the reason setup wrote, if
+its build or start failed).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+KUBECONFIG = Path(os.environ.get("ABX_K8S_STATE", "/var/lib/abx-k8s")) / "kubeconfig"
+# Why setup could not start the cluster (written by scripts/setup.sh test).
+SETUP_NOTE = Path(os.environ.get("ABX_K8S_STATE", "/var/lib/abx-k8s")) / "setup-skip-reason"
+VOLUMES = "/var/lib/abx-k8s-test-volumes"
+
+
+@dataclass
+class TestCluster:
+    namespace: str
+    env: dict[str, str]
+
+    def core(self) -> object:
+        from kubernetes import client, config
+
+        return client.CoreV1Api(config.new_client_from_config(config_file=str(KUBECONFIG)))
+
+
+def missing() -> str | None:
+    """None when the test cluster answers; else why the Kubernetes tests skip."""
+    if os.geteuid() != 0:
+        return "the test cluster needs root"
+    try:
+        import kubernetes  # noqa: F401
+    except ImportError:
+        return "the kubernetes Python client is not installed (pip install '.[test]')"
+    if not KUBECONFIG.is_file():
+        note = SETUP_NOTE.read_text().strip() if SETUP_NOTE.is_file() else ""
+        return note or ("the test cluster is not running (scripts/k8s_cluster.sh build && "
+                        "scripts/k8s_cluster.sh up)")
+    status = subprocess.run(["bash", "scripts/k8s_cluster.sh", "status"], capture_output=True,
+                            text=True, cwd=Path(__file__).resolve().parents[1])
+    if status.returncode != 0:
+        return f"the test cluster is not up: {status.stdout.strip().splitlines()[-1:]}"
+    return None
+
+
+def settings_env(namespace: str) -> dict[str, str]:
+    return {"ABX_ENGINE": "kubernetes", "ABX_K8S_KUBECONFIG": str(KUBECONFIG),
+            "ABX_K8S_NAMESPACE": namespace, "ABX_K8S_HOSTPATH_DIR": f"{VOLUMES}/{namespace}",
+            "ABX_K8S_IMAGE_PULL_POLICY": "Never"}
+
+
+def push(template: str, env: dict[str, str]) -> None:
+    """``abx template push TEMPLATE --load-lab`` into the session's namespace."""
+    done = subprocess.run(
+        [sys.executable, "-m", "agent_sandbox.cli.main", "template", "push", template,
+         "--load-lab"], env={**os.environ, **env}, capture_output=True, text=True,
+        timeout=900)
+    if done.returncode != 0:
+        raise RuntimeError(f"abx template push {template} failed:\n{done.stdout}\n"
+                           f"{done.stderr}")
+
+
+@contextmanager
+def session_namespace() -> Iterator[TestCluster]:
+    from kubernetes import client
+
+    namespace = f"abx-test-{secrets.token_hex(3)}"
+    cluster = TestCluster(namespace, settings_env(namespace))
+    core = cluster.core()
+    core.create_namespace({"metadata": {"name": namespace}})  # type: ignore[attr-defined]
+    try:
+        push("base", cluster.env)
+        yield cluster
+    finally:
+        _drop_provider(cluster.env)
+        core.delete_namespace(namespace, body=client.V1DeleteOptions(  # type: ignore[attr-defined]
+            grace_period_seconds=0, propagation_policy="Background"))
+        for pv in core.list_persistent_volume().items:  # type: ignore[attr-defined]
+            ref = pv.spec.claim_ref
+            if ref is not None and ref.namespace == namespace:
+                core.delete_persistent_volume(pv.metadata.name)  # type: ignore[attr-defined]
+        shutil.rmtree(f"{VOLUMES}/{namespace}", ignore_errors=True)
+
+
+def _drop_provider(env: dict[str, str]) -> None:
+    """Stop this process's provider of the namespace (its supervisor refills pools)."""
+    from agent_sandbox.providers import kubernetes as k8s
+
+    for key, provider in list(k8s._providers.items()):
+        if key[1] == env["ABX_K8S_NAMESPACE"]:
+            provider.close()
+            k8s._providers.pop(key, None)
