@@ -14,14 +14,15 @@ from agent_sandbox.server.process import GatewayProcess
 
 
 @contextmanager
-def running_gateway(prefix: str, keys: dict[str, dict[str, Any]]
+def running_gateway(prefix: str, keys: dict[str, dict[str, Any]],
+                    env: dict[str, str] | None = None
                     ) -> Iterator[tuple[GatewayProcess, KeyStore, dict[str, str]]]:
-    """The gateway, its key store, and a token per key of ``keys`` (name: create's
-    options), made before it starts; stopped afterwards."""
+    """The gateway (with ``env`` added to its environment), its key store, and a token per
+    key of ``keys`` (name: create's options), made before it starts; stopped afterwards."""
     keys_file = Path(tempfile.mkdtemp(prefix=prefix)) / "keys.db"
     store = KeyStore(keys_file)
     tokens = {name: store.create(name, **options)[1] for name, options in keys.items()}
-    proc = GatewayProcess(keys_file=str(keys_file))
+    proc = GatewayProcess(keys_file=str(keys_file), extra_env=env)
     proc.start()
     try:
         yield proc, store, tokens

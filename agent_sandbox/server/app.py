@@ -66,9 +66,13 @@ def _documented(app: FastAPI) -> Callable[[], dict[str, Any]]:
 
 def create_app(engine: Provider | None = None, keys: KeyStore | None = None,
                settings: Settings | None = None) -> FastAPI:
-    """The app over a provider (the embedded engine unless given) and ``keys`` (made from
-    ``settings`` when not given)."""
+    """The app over a provider (unless given: the embedded engine, or a cluster's Pods
+    with ABX_ENGINE=kubernetes) and ``keys`` (made from ``settings`` when not given)."""
     settings = settings or Settings()
+    if engine is None and settings.engine == "kubernetes":
+        from agent_sandbox.providers.select import default_provider
+
+        engine = default_provider(settings)
     if engine is None:
         from agent_sandbox.providers.local import local_provider
 
