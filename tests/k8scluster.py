@@ -9,6 +9,7 @@ its build or start failed).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -75,6 +76,7 @@ def push(template: str, env: dict[str, str]) -> None:
 @contextmanager
 def session_namespace() -> Iterator[TestCluster]:
     from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
 
     namespace = f"abx-test-{secrets.token_hex(3)}"
     cluster = TestCluster(namespace, settings_env(namespace))
@@ -90,7 +92,8 @@ def session_namespace() -> Iterator[TestCluster]:
         for pv in core.list_persistent_volume().items:  # type: ignore[attr-defined]
             ref = pv.spec.claim_ref
             if ref is not None and ref.namespace == namespace:
-                core.delete_persistent_volume(pv.metadata.name)  # type: ignore[attr-defined]
+                with contextlib.suppress(ApiException):  # already deleted by its test
+                    core.delete_persistent_volume(pv.metadata.name)  # type: ignore[attr-defined]
         shutil.rmtree(f"{VOLUMES}/{namespace}", ignore_errors=True)
 
 
