@@ -11,6 +11,7 @@ import pytest
 from agent_sandbox import AsyncSandbox, Sandbox
 from agent_sandbox.models import CreateOptions
 from agent_sandbox.providers.remote import RemoteProvider
+from agent_sandbox.providers.kubernetes.provider import KubernetesProvider
 from agent_sandbox.runtime.engine import Engine
 from agent_sandbox.sdk.sandbox import create_arguments
 from agent_sandbox.server.schemas import CreateSandbox
@@ -26,9 +27,10 @@ def test_sdk_create_signature_is_the_options_then_provider() -> None:
         assert all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params.values())
 
 
-def test_engine_and_gateway_schema_take_the_same_options() -> None:
-    engine = inspect.signature(Engine.create).parameters
-    assert {n: p.default for n, p in engine.items() if n not in ("self", "owner")} == OPTIONS
+def test_engines_and_gateway_schema_take_the_same_options() -> None:
+    for engine_class in (Engine, KubernetesProvider):
+        engine = inspect.signature(engine_class.create).parameters
+        assert {n: p.default for n, p in engine.items() if n not in ("self", "owner")} == OPTIONS
     schema = {n: f.default for n, f in CreateSandbox.model_fields.items()}
     assert schema == OPTIONS
 

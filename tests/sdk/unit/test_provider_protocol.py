@@ -1,4 +1,4 @@
-"""``Provider`` lists every method the SDK calls, and both implementations have each one
+"""``Provider`` lists every method the SDK calls, and every implementation has each one
 with the protocol's parameters (an implementation may add parameters with defaults, as
 the engine's ``owner``)."""
 
@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent_sandbox.providers.base import Provider
+from agent_sandbox.providers.kubernetes.provider import KubernetesProvider
 from agent_sandbox.providers.remote import RemoteProvider
 from agent_sandbox.runtime.engine import Engine
 
@@ -29,7 +30,7 @@ def test_every_provider_method_the_sdk_calls_is_in_the_protocol() -> None:
     assert used - PROTOCOL == set()
 
 
-@pytest.mark.parametrize("implementation", [Engine, RemoteProvider])
+@pytest.mark.parametrize("implementation", [Engine, RemoteProvider, KubernetesProvider])
 def test_implementations_have_the_protocol(implementation: type) -> None:
     for name in sorted(PROTOCOL):
         wanted = inspect.signature(getattr(Provider, name)).parameters
