@@ -10,8 +10,8 @@ import pytest
 
 from agent_sandbox import AsyncSandbox, Sandbox
 from agent_sandbox.models import CreateOptions
-from agent_sandbox.providers.remote import RemoteProvider
 from agent_sandbox.providers.kubernetes.provider import KubernetesProvider
+from agent_sandbox.providers.remote import RemoteProvider
 from agent_sandbox.runtime.engine import Engine
 from agent_sandbox.sdk.sandbox import create_arguments
 from agent_sandbox.server.schemas import CreateSandbox
