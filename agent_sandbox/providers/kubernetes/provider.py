@@ -306,7 +306,7 @@ class KubernetesProvider(GuestOps, DirOps, Terminals):
 
     def reap_once(self, now: float | None = None) -> None:
         """One pass of the supervisor now: idle timeouts, lost Pods, the warm pool."""
-        self.supervisor.pass_once(now)
+        self.supervisor.pass_once(now, wait=True)
 
     def engine_info(self) -> dict[str, Any]:
         return {"mode": "kubernetes", "namespace": self.cluster_config.namespace,

@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from agent_sandbox.errors import SandboxError
@@ -39,7 +40,7 @@ class Supervisor:
         self.provider = provider
         self.pool = PodPool(provider)
         self._stop = stop
-        self._replacing: set[str] = set()
+        self._busy: set[str] = set()  # sandboxes a worker is on
         self._workers = ThreadPoolExecutor(4, thread_name_prefix="abx-k8s-replace")
 
     def start(self) -> None:
@@ -52,7 +53,8 @@ class Supervisor:
             except Exception as exc:  # noqa: BLE001 - the next pass tries again
                 log.warning("kubernetes supervisor pass failed: %s", exc)
 
-    def pass_once(self, now: float | None = None) -> None:
+    def pass_once(self, now: float | None = None, wait: bool = False) -> None:
+        """One pass; ``wait``: return once the pauses and replacements it started end."""
         p = self.provider
         sandboxes = p._sandboxes
         for sandbox_id, used in sandboxes.unsaved_use().items():
@@ -64,14 +66,18 @@ class Supervisor:
         lost_nodes = self._lost_nodes()
         now = now or time.time()
         known = {live.row.id for live in lives}
+        started: list[Future[None]] = []
         for live in lives:
             if live.state != SandboxState.RUNNING:
                 continue
             if (not sandboxes.activity.active(live.row.id)
                     and live.row.last_used + live.row.timeout < now):
-                self._quietly(p.pause, live.row.id)
+                started.append(self._submit(live.row.id, "idle: pausing",
+                                            lambda sid: p.pause(sid)))
             elif live.pod is None or live.node in lost_nodes:
-                self._replace(live)
+                started.append(self._submit(
+                    live.row.id, f"lost its pod {live.pod}: starting a new one on its volume",
+                    lambda sid, live=live: self._replace(live)))
         for pod in p.cluster.list("Pod", objects.LABEL_SANDBOX):
             labels = pod["metadata"].get("labels") or {}
             # Old enough that no create in flight (Secret first, Pod later) made it.
@@ -79,6 +85,8 @@ class Supervisor:
             if labels.get(objects.LABEL_SANDBOX) not in known and old:
                 p.cluster.delete("Pod", pod["metadata"]["name"])
         self.pool.refill()
+        if wait:
+            futures.wait([f for f in started if f is not None])
 
     def _lost_nodes(self) -> set[str]:
         lost = set()
@@ -89,29 +97,25 @@ class Supervisor:
                 lost.add(node["metadata"]["name"])
         return lost
 
-    def _replace(self, live: Live) -> None:
-        sid = live.row.id
-        if sid in self._replacing:
-            return
-        self._replacing.add(sid)
-        log.warning("sandbox %s lost its pod %s: starting a new one on its volume",
-                    sid, live.pod)
+    def _submit(self, sid: str, what: str, work: Any) -> Future[None] | None:
+        """Run ``work(sid)`` on a worker, once at a time per sandbox: a step that waits on
+        one sandbox (its lock, a slow Pod start) never holds up the pass."""
+        if sid in self._busy:
+            return None
+        self._busy.add(sid)
+        log.info("sandbox %s %s", sid, what)
 
-        def work() -> None:
+        def run() -> None:
             try:
-                with self.provider._sandboxes.lock(sid):
-                    self.provider._sandboxes.stop_pod(live)
-                self.provider.resume(sid)
+                work(sid)
             except SandboxError as exc:
-                log.warning("sandbox %s: no new pod yet: %s", sid, exc)
+                log.warning("sandbox %s: %s", sid, exc)
             finally:
-                self._replacing.discard(sid)
+                self._busy.discard(sid)
 
-        self._workers.submit(work)
+        return self._workers.submit(run)
 
-    @staticmethod
-    def _quietly(fn: Any, *args: Any) -> None:
-        try:
-            fn(*args)
-        except SandboxError as exc:
-            log.warning("kubernetes supervisor: %s", exc)
+    def _replace(self, live: Live) -> None:
+        with self.provider._sandboxes.lock(live.row.id):
+            self.provider._sandboxes.stop_pod(live)
+        self.provider.resume(live.row.id)
