@@ -63,7 +63,7 @@ def secret(row: SandboxRow, token: str, state: str) -> dict[str, Any]:
         "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
         "metadata": {"name": secret_name(row.id),
                      "labels": {**MANAGED, LABEL_ROLE: "sandbox", LABEL_SANDBOX: row.id,
-                                LABEL_STATE: state},
+                                LABEL_TEMPLATE: row.template, LABEL_STATE: state},
                      "annotations": {RECORD: record_json(row)}},
         "stringData": {TOKEN_KEY: token},
     }
