@@ -116,9 +116,14 @@ class Cluster:
         return self._call(fn, name, ns, body, raw=True)
 
     def replace_network_policy(self, manifest: dict[str, Any]) -> None:
+        """Replaced in one write: never a moment with no policy (delete then create
+        would leave the Pod unrestricted in between)."""
         name = manifest["metadata"]["name"]
-        self.delete("NetworkPolicy", name)
-        self.create(manifest)
+        try:
+            self._call(self.net.replace_namespaced_network_policy, name, self.namespace,
+                       manifest, raw=True)
+        except NotFoundError:
+            self.create(manifest)
 
     def list(self, kind: str, selector: str) -> list[dict[str, Any]]:
         ns = self.namespace

@@ -184,7 +184,10 @@ class KubernetesProvider(GuestOps, DirOps, Terminals):
     def set_network(self, sandbox_id: str, network: NetworkSpec) -> None:
         policy = _cluster_policy(network)
         live = self._update(sandbox_id, network=policy)
-        self.cluster.replace_network_policy(objects.network_policy(live.row))
+        manifest = objects.network_policy(live.row)
+        manifest["metadata"]["ownerReferences"] = [objects.owned_by(
+            {"metadata": {"name": objects.secret_name(sandbox_id), "uid": live.secret_uid}})]
+        self.cluster.replace_network_policy(manifest)
 
     def _update(self, sandbox_id: str, **fields: Any) -> Live:
         with self._sandboxes.lock(sandbox_id):
