@@ -16,8 +16,8 @@ from agent_sandbox.settings import (
     builtin_data_dir,
     child_env,
     env_name,
-    with_table,
 )
+from agent_sandbox.settings_doc import with_table
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIABLES = [env_name(f) for f in Settings.model_fields]
@@ -123,7 +123,7 @@ def test_mcp_servers_keep_a_warm_pool_unless_told_otherwise(
 def test_the_docs_table_is_the_model() -> None:
     doc = (ROOT / "docs" / "configuration.md").read_text()
     assert with_table(doc) == doc, \
-        "docs/configuration.md is stale: python -m agent_sandbox.settings docs/configuration.md"
+        "docs/configuration.md is stale: python -m agent_sandbox.settings_doc docs/configuration.md"
 
 
 def test_every_variable_the_code_names_is_in_the_model() -> None:

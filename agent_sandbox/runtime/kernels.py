@@ -73,9 +73,7 @@ class Kernels:
 
     def __init__(self, host: KernelHost, files: KernelFiles | None = None) -> None:
         self.host = host
-        # Where connection files are made: by confined descriptor on this host, or
-        # (a cluster's Pods) through the guest.
-        self.files = files or KernelFiles(host)
+        self.files = files or KernelFiles(host)  # Pods: through the guest
         self._kernels: dict[tuple[str, str], _Kernel] = {}
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._guard = threading.Lock()
