@@ -43,14 +43,29 @@ def test_pod_runs_the_guest_unprivileged_with_its_token_from_the_secret() -> Non
     assert c["env"] == [{"name": "ABX_GUEST_TOKEN", "valueFrom": {"secretKeyRef": {
         "name": "abx-sbx-abcdefghij", "key": "token"}}}]
     assert c["command"][-2:] == ["--tcp", f"0.0.0.0:{objects.GUEST_PORT}"]
-    assert c["resources"]["limits"] == {"cpu": "500m", "memory": "256Mi"}
-    assert c["resources"]["requests"] == {"cpu": "50m", "memory": "64Mi"}
+    assert c["resources"]["limits"] == {"cpu": "500m", "memory": "256Mi",
+                                        "ephemeral-storage": "64Mi"}
+    assert c["resources"]["requests"] == {"cpu": "50m", "memory": "64Mi",
+                                          "ephemeral-storage": "16Mi"}
     assert c["imagePullPolicy"] == "Never"
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
     assert mounts["/workspace"] == "workspace"
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["workspace"]["persistentVolumeClaim"]["claimName"] == "abx-vol-abcdefghij"
 
+
+
+def test_pod_caps_what_it_writes_to_the_node_disk() -> None:
+    """The root's writable layer lives on the node's disk: without an ephemeral-storage
+    limit one sandbox could fill it (found by tests/kubernetes/test_k8s_hostile.py)."""
+    pod = objects.pod(_row(limits={"cpu": 1, "memory_mb": 1024, "disk_mb": 2048}), "img",
+                      pull_policy="Never", runtime_class="")
+    resources = pod["spec"]["containers"][0]["resources"]
+    assert resources["limits"]["ephemeral-storage"] == "2048Mi"
+    assert resources["requests"]["ephemeral-storage"] == "512Mi"
+    # The guest's run directory is memory (counted against the memory limit), not disk.
+    run = {v["name"]: v for v in pod["spec"]["volumes"]}["run"]
+    assert run["emptyDir"]["medium"] == "Memory"
 
 def test_runtime_class_is_passed_when_asked() -> None:
     pod = objects.pod(_row(), "img", pull_policy="IfNotPresent", runtime_class="gvisor")

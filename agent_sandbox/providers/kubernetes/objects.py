@@ -6,7 +6,7 @@
 - a Pod ``abx-<id>``: our guest agent as its entrypoint, on TCP with that token;
   unprivileged as far as the guest allows (no privilege escalation, capabilities dropped
   to what running commands as the sandbox's accounts needs, seccomp RuntimeDefault, no
-  service-account token, no host namespaces);
+  service-account token, no host namespaces), its memory, CPU and node disk capped;
 - a NetworkPolicy ``abx-<id>``: ingress only to the guest port, egress as the sandbox's
   network policy allows (addresses only; enforced where the cluster's CNI does).
 """
@@ -113,10 +113,16 @@ def pod(row: SandboxRow, image: str, *, pull_policy: str, runtime_class: str
     """The sandbox's Pod."""
     cpu_m = int(float(row.limits.get("cpu", 1)) * 1000)
     memory = int(row.limits.get("memory_mb", 1024))
-    limits = {"cpu": f"{cpu_m}m", "memory": f"{memory}Mi"}
+    disk = int(row.limits.get("disk_mb", 1024))
+    # ephemeral-storage: what the sandbox writes outside /workspace (its root's writable
+    # layer, on the node's disk) is capped at its disk size too; past it the kubelet
+    # evicts the Pod (the provider then starts a new one on the volume). Without it one
+    # sandbox could fill the node's disk, and node-pressure eviction hits its neighbours.
+    limits = {"cpu": f"{cpu_m}m", "memory": f"{memory}Mi", "ephemeral-storage": f"{disk}Mi"}
     # Sandboxes idle most of their life: the scheduler counts a tenth of their CPU and a
-    # quarter of their memory (the limits still cap each one).
-    requests = {"cpu": f"{max(10, cpu_m // 10)}m", "memory": f"{max(32, memory // 4)}Mi"}
+    # quarter of their memory and disk (the limits still cap each one).
+    requests = {"cpu": f"{max(10, cpu_m // 10)}m", "memory": f"{max(32, memory // 4)}Mi",
+                "ephemeral-storage": f"{max(16, disk // 4)}Mi"}
     workspace = {"persistentVolumeClaim": {"claimName": pvc_name(row.volume_id)}}
     spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
