@@ -54,14 +54,6 @@ class Live:
     node: str | None = None
 
 
-def _answers(client: GuestClient) -> bool:
-    try:
-        client.ping_within(2.0)
-        return True
-    except SandboxError:
-        return False
-
-
 def row_of(secret: dict[str, Any]) -> SandboxRow:
     meta = secret["metadata"]
     data = json.loads((meta.get("annotations") or {})[objects.RECORD])
@@ -273,8 +265,9 @@ class PodSandboxes:
 
     def call(self, sandbox_id: str, fn: Callable[[GuestClient], Any],
              row: SandboxRow | None = None) -> Any:
-        """Run a guest operation. A Pod that went away (its node lost, evicted) is
-        replaced once, on the same volume; a guest that breaks the protocol is stopped."""
+        """Run a guest operation. A Pod the cluster reports gone or failed (evicted, its
+        node lost) is replaced once, on the same volume; a guest that breaks the protocol
+        is stopped."""
         client = self.guest(sandbox_id, row)
         try:
             with self.activity.busy(sandbox_id):
@@ -284,8 +277,8 @@ class PodSandboxes:
                     live = self.live(sandbox_id, fresh=True)
                     if live.ip and (live.ip, objects.GUEST_PORT) != client.address:
                         return fn(self.address_client(live))  # it moved meanwhile
-                    if live.ip and _answers(self.address_client(live, connect_timeout=2.0)):
-                        raise  # the guest is there: the call's own failure
+                    if live.ip:  # the cluster says its Pod runs: the guest is busy (out
+                        raise  # of pids, say), not gone; replacing it would lose it all
                     with self.lock(sandbox_id):
                         self.stop_pod(live)  # gone: the next guest() starts a new one
                     return fn(self.guest(sandbox_id))
