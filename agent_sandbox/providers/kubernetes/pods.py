@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from agent_sandbox.errors import NotFoundError, SandboxError
+from agent_sandbox.errors import NotFoundError
 from agent_sandbox.netpolicy import NetworkPolicy
 from agent_sandbox.providers.kubernetes import objects
 from agent_sandbox.providers.kubernetes.catalog import Catalog
