@@ -14,9 +14,13 @@ from rich.table import Table
 
 from agent_sandbox.cli.output import CliError, console, err_console, print_json, want_json
 from agent_sandbox.cli.sdkutil import parse_pairs, provider, template_engine
+from agent_sandbox.cli.template_push import push
 
-app = typer.Typer(help="Templates: list, build (import a directory or image archive), remove.",
-                  no_args_is_help=True)
+app = typer.Typer(help="Templates: list, build (import a directory or image archive), push "
+                       "(as an image for Kubernetes), remove.", no_args_is_help=True)
+app.command(epilog="Examples:\n\n  sudo abx template push base --load-lab\n\n"
+                   "  abx template push mytools --image registry.example.com/abx/mytools:v1 "
+                   "--output mytools.tar")(push)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
