@@ -139,7 +139,7 @@ def required_executables(template: Template) -> list[str]:
 
 def build_image(store: TemplateStore, name: str, out: Path, *, data_dir: Path,
                 ref: str | None = None, progress: Progress | None = None) -> ImageBuild:
-    """Write the image of template ``name`` to ``out``."""
+    """Write the image of this host's template ``name`` to ``out``."""
     started = time.monotonic()
     if ref is not None:
         check_ref(ref)
@@ -147,11 +147,21 @@ def build_image(store: TemplateStore, name: str, out: Path, *, data_dir: Path,
     if progress:
         progress("preparing the self-contained base", 0, 0)
     layers = image_layers(store, template, image_base(data_dir))
+    return write_image(template, layers, out, ref=ref, progress=progress, started=started)
+
+
+def write_image(template: Template, layers: list[Layer], out: Path, *, ref: str | None = None,
+                progress: Progress | None = None, started: float | None = None) -> ImageBuild:
+    """Write the image of ``template`` with these (self-contained) ``layers`` to ``out``."""
+    started = time.monotonic() if started is None else started
+    name = template.name
+    if ref is not None:
+        check_ref(ref)
+    euid = os.geteuid()
     flat = Flattener([(layer.target, layer.lowers) for layer in layers], extras(),
                      progress=(lambda n, b: progress("writing the image", n, b))
                      if progress else None,
-                     owner_as_root=None if os.geteuid() == 0 else (os.geteuid(),
-                                                                     os.getegid()))
+                     owner_as_root=None if euid == 0 else (euid, os.getegid()))
     out.parent.mkdir(parents=True, exist_ok=True)
     info = write_archive(str(out), flat.write,
                          ref if ref is not None else (lambda d: default_ref(name, d)),
