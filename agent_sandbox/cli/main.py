@@ -22,3 +22,6 @@ def main(*args: Any, **kwargs: Any) -> Any:
 
 # Console scripts installed from earlier checkouts (editable installs) call ``...main:app``.
 app = main
+
+if __name__ == "__main__":  # `python -m agent_sandbox.cli.main` (tests/k8scluster.py runs it)
+    main(prog_name="abx")
