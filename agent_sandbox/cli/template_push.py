@@ -141,7 +141,7 @@ def push(
             except OSError as exc:
                 raise CliError(f"building the image of {name} failed: {exc}") from None
             timings["build"] = time.monotonic() - t0
-            bar.update(task, description=f"{name}: image {built.ref}",
+            bar.update(task, description=f"{name}: image {built.ref}", total=1, completed=1,
                        msg=f"{_mb(built.size)}, {built.entries} entries")
             if load_lab:
                 t0 = time.monotonic()

@@ -75,6 +75,7 @@ def write_archive(path: str, fill: Callable[[tarfile.TarFile], None],
     ``fill(tar)`` adds the layer's members to an open stream-mode ``TarFile``. ``ref`` is the
     image reference, or a function of the layer's diff id giving it. ``config``: the image
     config's ``config`` part (Cmd, Env, WorkingDir, Labels...)."""
+    config = dict(config)
     tmp = f"{path}.tmp"
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
     try:
