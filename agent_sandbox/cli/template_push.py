@@ -30,8 +30,8 @@ def _mb(size: int) -> str:
     return f"{size / 1e6:.0f} MB"
 
 
-def _catalog_api(settings: Any) -> tuple[Any, str]:
-    """The cluster's CoreV1Api and namespace, checked with one cheap call."""
+def _catalog_api(settings: Any) -> tuple[Any, str, str | None]:
+    """The cluster's CoreV1Api, namespace and kubeconfig, checked before the long build."""
     from agent_sandbox.providers.kubernetes.config import cluster_config, cluster_problem
 
     problem = cluster_problem(settings)
@@ -40,11 +40,20 @@ def _catalog_api(settings: Any) -> tuple[Any, str]:
                        "(or pass --no-catalog to only build the image)")
     config = cluster_config(settings)
     from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
 
     core = client.CoreV1Api(config.api_client())
-    _cluster_call(lambda: core.list_namespaced_config_map(config.namespace, limit=1),
-                  config.namespace, config.kubeconfig)
-    return core, config.namespace
+
+    def check() -> None:
+        try:
+            core.read_namespace(config.namespace)
+        except ApiException as exc:
+            if exc.status != 403:  # a namespaced account may not read namespaces
+                raise
+        core.list_namespaced_config_map(config.namespace, limit=1)
+
+    _cluster_call(check, config.namespace, config.kubeconfig)
+    return core, config.namespace, config.kubeconfig
 
 
 def _cluster_call(call: Any, namespace: str, kubeconfig: str | None) -> Any:
@@ -116,7 +125,7 @@ def push(
         raise UsageError(f"--output {output} is a directory; give a file name such as "
                          f"{output / (name + '.tar')}")
     settings = cli_settings()
-    core, namespace = _catalog_api(settings) if catalog else (None, "")
+    core, namespace, kubeconfig = _catalog_api(settings) if catalog else (None, "", None)
     config = EngineConfig.from_settings(settings)
     store = store_for(config)
     target = output if output is not None else (
@@ -154,7 +163,7 @@ def push(
                 t0 = time.monotonic()
                 template = store.get(name)
                 _cluster_call(lambda: cat.put(core, namespace, template, built.ref),
-                              namespace, None)
+                              namespace, kubeconfig)
                 timings["catalog"] = time.monotonic() - t0
     finally:
         if output is None:
