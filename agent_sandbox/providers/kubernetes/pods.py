@@ -52,6 +52,7 @@ class Live:
     pod: str | None = None
     ip: str | None = None
     node: str | None = None
+    failed: bool = False  # it has Pods, none of which can run (evicted, failed, deleted)
 
 
 def row_of(secret: dict[str, Any]) -> SandboxRow:
@@ -77,6 +78,7 @@ def live_of(secret: dict[str, Any], pods: list[dict[str, Any]]) -> Live:
     live = Live(row=row, token=token, state=row.state, secret_uid=meta["uid"],
                 version=meta["resourceVersion"])
     usable = [p for p in pods if pod_problem(p) is None]
+    live.failed = bool(pods) and not usable
     if usable:
         newest = max(usable, key=lambda p: p["metadata"].get("creationTimestamp", ""))
         live.pod = newest["metadata"]["name"]

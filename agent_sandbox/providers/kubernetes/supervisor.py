@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from agent_sandbox.errors import SandboxError
 from agent_sandbox.providers.kubernetes import objects
 from agent_sandbox.providers.kubernetes.cluster import timestamp
+from agent_sandbox.providers.kubernetes.pods import START_TIMEOUT
 from agent_sandbox.providers.kubernetes.pool import PodPool
 from agent_sandbox.runtime.store import SandboxState
 
@@ -70,11 +71,14 @@ class Supervisor:
         for live in lives:
             if live.state != SandboxState.RUNNING:
                 continue
-            if (not sandboxes.activity.active(live.row.id)
-                    and live.row.last_used + live.row.timeout < now):
+            if sandboxes.activity.active(live.row.id):
+                continue  # in use here (a create or resume in flight included)
+            if live.row.last_used + live.row.timeout < now:
                 started.append(self._submit(live.row.id, "idle: pausing",
                                             lambda sid: p.pause(sid)))
-            elif live.pod is None or live.node in lost_nodes:
+            elif live.node in lost_nodes or live.failed or (
+                    live.pod is None and live.row.last_used < now - START_TIMEOUT):
+                # (no Pod at all but recently used: another process may be starting it)
                 started.append(self._submit(
                     live.row.id, f"lost its pod {live.pod}: starting a new one on its volume",
                     lambda sid, live=live: self._replace(live)))
