@@ -42,7 +42,7 @@ class Supervisor:
         self.pool = PodPool(provider)
         self._stop = stop
         self._busy: set[str] = set()  # sandboxes a worker is on
-        self._workers = ThreadPoolExecutor(4, thread_name_prefix="abx-k8s-replace")
+        self._workers = ThreadPoolExecutor(8, thread_name_prefix="abx-k8s-replace")
 
     def start(self) -> None:
         threading.Thread(target=self._run, name="abx-k8s-supervisor", daemon=True).start()
