@@ -73,8 +73,11 @@ class PodPool:
                 log.warning("warm pool: could not make a %s sandbox: %s", template, exc)
 
     def drain(self) -> int:
+        """Destroy the warm sandboxes and stop refilling (a drain is for shutting down:
+        a refill in flight would otherwise leave a new one behind)."""
+        self.templates = ()
         count = 0
-        for template in self.templates:
+        for template in self.provider.config.pool_templates:
             for secret in self._pooled(template):
                 live = live_of(secret, [])
                 self.provider.destroy(live, delete_volume=True)
