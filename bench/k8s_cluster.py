@@ -3,10 +3,10 @@ embedded engine on this host: create (cold, and claimed from the warm pool), and
 exec round trip (`true`); medians over N runs, same machine, same run.
 
 Run by hand, as root, with the test cluster up:
-``.venv/bin/python bench/k8s_cluster.py [--n 5] [--rounds 50]`` (not ``kubernetes.py``: the
-script's directory comes first on ``sys.path`` and would hide the ``kubernetes`` client). It uses its own
-namespaces (``abx-bench``, ``abx-bench-pool``), pushes ``base`` into them the first time,
-and removes every sandbox it made.
+``.venv/bin/python bench/k8s_cluster.py [--n 5] [--rounds 50]`` (not ``kubernetes.py``:
+the script's directory comes first on ``sys.path`` and would hide the ``kubernetes``
+client). It uses its own namespaces (``abx-bench``, ``abx-bench-pool``), pushes ``base``
+into them the first time, and removes every sandbox it made.
 """
 
 from __future__ import annotations
