@@ -94,15 +94,18 @@ def test_gateway_serves_with_only_its_rights_as_non_root(k8s_cluster: Any) -> No
     try:
         k8sdeploy.kubectl("apply", "-f", str(manifests / "10-rbac.yaml"))
         k8sdeploy.kubectl("apply", "--dry-run=server", "-f", str(manifests))
-        # What the Pod would have: its user's home, the data volume, the seed Secret.
-        home, data, seed_dir = work / "home", work / "data", work / "seed"
-        for d in (home, data, seed_dir):
-            d.mkdir()
+        # What the Pod would have: a home it cannot write (its root filesystem is
+        # read-only; root owns this one), the data volume, the seed Secret, the account's
+        # credentials. Beyond these, user 10001 can write only /tmp, an emptyDir there.
+        home, data, seed_dir, sa = (work / "home", work / "data", work / "seed",
+                                    work / "serviceaccount")
+        for d in (home, data, seed_dir, sa):
+            d.mkdir(mode=0o755)
         secret = yaml.safe_load((manifests / "20-keys-secret.yaml").read_text())
         (seed_dir / m.KEYS_DB).write_bytes(base64.b64decode(secret["data"][m.KEYS_DB]))
-        kubeconfig = home / "kubeconfig"
+        kubeconfig = sa / "kubeconfig"
         _kubeconfig(kubeconfig, ns)
-        for path in (work, home, data, seed_dir, kubeconfig):
+        for path in (work, data, seed_dir, sa, kubeconfig):
             os.chown(path, m.UID, m.UID)
         pod = yaml.safe_load((manifests / "40-deployment.yaml").read_text())[
             "spec"]["template"]["spec"]
