@@ -47,7 +47,7 @@ SEED_SCRIPT = (
     'db="$ABX_DATA_DIR/' + KEYS_DB + '"\n'
     'if [ -e "$db" ]; then echo "abx: $db exists; the seed is not used"; exit 0; fi\n'
     'umask 077\n'
-    'cat "$ABX_KEYS_SEED" > "$db.seed"\n'
+    'cat "$KEYS_SEED_FILE" > "$db.seed"\n'
     'mv "$db.seed" "$db"\n'
     'echo "abx: seeded $db from the Secret ' + KEYS_SECRET + '"\n'
 )
@@ -163,7 +163,7 @@ def deployment(g: Gateway) -> dict[str, Any]:
         "name": "seed-keys", "image": g.image, **pull,
         "command": ["sh", "-c", SEED_SCRIPT],
         "env": [{"name": "ABX_DATA_DIR", "value": DATA_DIR},
-                {"name": "ABX_KEYS_SEED", "value": f"{SEED_DIR}/{KEYS_DB}"}],
+                {"name": "KEYS_SEED_FILE", "value": f"{SEED_DIR}/{KEYS_DB}"}],
         "securityContext": CONTAINER_SECURITY,
         "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
                       "limits": {"cpu": "100m", "memory": "64Mi"}},

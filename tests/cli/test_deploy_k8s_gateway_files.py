@@ -258,7 +258,7 @@ def test_the_seed_script_fills_an_empty_volume_once(seed: gw.Seed, tmp_path: Pat
     data = tmp_path / "data"
     data.mkdir()
     env = {"PATH": os.environ["PATH"], "ABX_DATA_DIR": str(data),
-           "ABX_KEYS_SEED": str(source)}
+           "KEYS_SEED_FILE": str(source)}
     first = subprocess.run(init["command"], env=env, capture_output=True, text=True,
                            timeout=30)
     assert first.returncode == 0 and "seeded" in first.stdout, first

@@ -115,7 +115,7 @@ def test_gateway_serves_with_only_its_rights_as_non_root(k8s_cluster: Any) -> No
 
         (init,) = pod["initContainers"]
         init_env = _env(init, ns, base)
-        init_env.update(ABX_DATA_DIR=str(data), ABX_KEYS_SEED=str(seed_dir / m.KEYS_DB))
+        init_env.update(ABX_DATA_DIR=str(data), KEYS_SEED_FILE=str(seed_dir / m.KEYS_DB))
         seeded = subprocess.run(_as_gateway_user(init["command"]), env=init_env,
                                 capture_output=True, text=True, timeout=60)
         assert seeded.returncode == 0 and "seeded" in seeded.stdout, seeded
