@@ -195,8 +195,10 @@ def stop(
 def _register_deploy() -> None:
     from agent_sandbox.cli.deploy import deploy
 
-    app.command(epilog="Example: abx mcp deploy --target fc --generate-token "
-                       "--api-key $ABX_SANDBOX_API_KEY --output-dir ./mcp-artifact")(deploy)
+    app.command(epilog="Examples:\n\n  abx mcp deploy --target fc --generate-token "
+                       "--api-key $ABX_SANDBOX_API_KEY --output-dir ./mcp-artifact\n\n"
+                       "  abx mcp deploy --target kubernetes-gateway --namespace "
+                       "agent-sandbox --output-dir ./gateway")(deploy)
 
 
 _register_deploy()
