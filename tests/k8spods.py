@@ -13,28 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from syscall_prelude import PRELUDE
 
 from agent_sandbox import Sandbox
 from agent_sandbox.providers.kubernetes import objects
 
-# Prelude of the python run inside (test_hostile.py's): raw syscalls reporting -errno.
-PRELUDE = """
-import ctypes, errno, json, os, socket, sys
-libc = ctypes.CDLL(None, use_errno=True)
-libc.syscall.restype = ctypes.c_long
-libc.ptrace.restype = ctypes.c_long
-def sc(*args):
-    r = libc.syscall(*args)
-    return r if r >= 0 else -ctypes.get_errno()
-def pt(req, pid):
-    r = libc.ptrace(req, pid, None, None)
-    return r if r >= 0 else -ctypes.get_errno()
-def opened(path, flags=os.O_RDONLY):
-    try:
-        os.close(os.open(path, flags)); return 0
-    except OSError as e:
-        return -e.errno
-"""
+# The python run inside starts with test_hostile.py's prelude (tests/syscall_prelude.py).
 
 
 def py(sb: Sandbox, code: str, timeout: float = 30) -> Any:

@@ -62,3 +62,18 @@ class Activity:
                 busy = list(self._calls)
             for sandbox_id in busy:
                 self._quiet_touch(sandbox_id)
+
+
+def streamed(activity: Activity, sandbox_id: str, chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """A guest operation's chunks (a file, a directory's tar stream): the first pulled now,
+    so errors (a missing path) surface at the call site; the rest read later, that slow
+    read counting as the sandbox's activity."""
+    first = next(chunks, None)
+
+    def rest() -> Iterator[bytes]:
+        with activity.busy(sandbox_id):
+            if first is not None:
+                yield first
+            yield from chunks
+
+    return rest()

@@ -18,7 +18,7 @@ from agent_sandbox.errors import NotFoundError, SandboxError, WrongStateError
 from agent_sandbox.models import SandboxInfo, VolumeInfo
 from agent_sandbox.netpolicy import NetworkPolicy
 from agent_sandbox.runtime import supervisor, validate
-from agent_sandbox.runtime.activity import Activity
+from agent_sandbox.runtime.activity import Activity, streamed
 from agent_sandbox.runtime.boot import Booter
 from agent_sandbox.runtime.guest_client import (
     GuestClient,
@@ -295,19 +295,8 @@ class Sandboxes:
 
     def stream(self, sandbox_id: str,
                fn: Callable[[GuestClient], Iterator[bytes]]) -> Iterator[bytes]:
-        """A guest operation that answers in chunks (a file, a directory's tar stream). Its
-        first chunk is pulled now, so errors (a missing path) surface at the call site; the
-        rest are read later, and that slow read counts as the sandbox's activity."""
-        chunks = self.call(sandbox_id, fn)
-        first = next(chunks, None)
-
-        def rest() -> Iterator[bytes]:
-            with self.activity.busy(sandbox_id):
-                if first is not None:
-                    yield first
-                yield from chunks
-
-        return rest()
+        """A guest operation that answers in chunks (``activity.streamed``)."""
+        return streamed(self.activity, sandbox_id, self.call(sandbox_id, fn))
 
     # volumes ----------------------------------------------------------------------------
     def claim_volume(self, volume: Any, sandbox_id: str) -> None:

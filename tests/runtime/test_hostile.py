@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from syscall_prelude import PRELUDE
 
 from agent_sandbox import Sandbox
 from agent_sandbox.models import CommandResult
@@ -33,20 +34,7 @@ CAP_NET_RAW, CAP_SYS_MODULE, CAP_SYS_PTRACE, CAP_SYS_ADMIN = 13, 16, 19, 21
 x86_64_only = pytest.mark.skipif(platform.machine() != "x86_64",
                                  reason="raw syscall numbers below are x86_64's")
 
-# Prelude for python snippets run inside: raw syscalls that report -errno.
-_PY = """
-import ctypes, errno, os, sys
-libc = ctypes.CDLL(None, use_errno=True)
-libc.syscall.restype = ctypes.c_long
-libc.ptrace.restype = ctypes.c_long
-def sc(*args):
-    r = libc.syscall(*args)
-    return r if r >= 0 else -ctypes.get_errno()
-def pt(req, pid):
-    r = libc.ptrace(req, pid, None, None)
-    return r if r >= 0 else -ctypes.get_errno()
-PTRACE_ATTACH, PTRACE_DETACH, PTRACE_SEIZE = 16, 17, 0x4206
-"""
+_PY = PRELUDE  # raw syscalls that report -errno (tests/syscall_prelude.py)
 
 
 def run(sb: Sandbox, cmd: str, timeout: float = 20, **kw: object) -> CommandResult:

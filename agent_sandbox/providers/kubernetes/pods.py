@@ -25,7 +25,7 @@ from agent_sandbox.providers.kubernetes.catalog import Catalog
 from agent_sandbox.providers.kubernetes.cluster import Cluster, pod_problem
 from agent_sandbox.providers.kubernetes.kernel_files import GuestKernelFiles
 from agent_sandbox.runtime import validate
-from agent_sandbox.runtime.activity import Activity
+from agent_sandbox.runtime.activity import Activity, streamed
 from agent_sandbox.runtime.guest_client import (
     GuestClient,
     GuestProtocolError,
@@ -293,14 +293,6 @@ class PodSandboxes:
 
     def stream(self, sandbox_id: str,
                fn: Callable[[GuestClient], Iterator[bytes]]) -> Iterator[bytes]:
-        chunks = self.call(sandbox_id, fn)
-        first = next(chunks, None)
-
-        def rest() -> Iterator[bytes]:
-            with self.activity.busy(sandbox_id):
-                if first is not None:
-                    yield first
-                yield from chunks
-
-        return rest()
+        """A guest operation that answers in chunks (``activity.streamed``)."""
+        return streamed(self.activity, sandbox_id, self.call(sandbox_id, fn))
 
