@@ -160,11 +160,4 @@ def serve(agent: Agent, srv: socket.socket, tcp: bool) -> None:
         if tcp:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        try:
-            threading.Thread(target=agent.handle, args=(sock,), daemon=True).start()
-        except RuntimeError:
-            # No thread to be had: the sandbox's processes used up its pids limit (a
-            # Pod's readiness probe connects every second). Refuse this connection and
-            # live on, instead of ending the sandbox with its guest.
-            sock.close()
-            time.sleep(0.05)
+        threading.Thread(target=agent.handle, args=(sock,), daemon=True).start()
