@@ -145,8 +145,9 @@ def pod(row: SandboxRow, image: str, *, pull_policy: str, runtime_class: str
             "ports": [{"containerPort": GUEST_PORT, "name": "guest"}],
             "workingDir": "/",
             "resources": {"requests": requests, "limits": limits},
-            "readinessProbe": {"tcpSocket": {"port": GUEST_PORT},
-                               "periodSeconds": 1, "initialDelaySeconds": 0},
+            # No probe: the provider pings the guest itself when it starts the Pod, and a
+            # probe's connection every second would cost the guest a thread it may not
+            # get when the sandbox's processes hold every pid.
             "securityContext": {
                 "allowPrivilegeEscalation": False, "privileged": False,
                 "capabilities": {"drop": ["ALL"], "add": _CAPS},
