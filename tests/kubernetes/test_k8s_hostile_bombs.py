@@ -160,7 +160,8 @@ def test_fork_loop_stays_in_its_pod(cluster: Any, big: Sandbox, small: Sandbox) 
     watch = small.commands.run("sleep 600", background=True)
     try:
         big.files.write("/tmp/fork.py", _FORK_LOOP)
-        big.commands.run(f"python3 /tmp/fork.py {cap} 4 /tmp/fork.json", background=True)
+        # Held 15 s: long enough for this host to see the Pod at its limit, even loaded.
+        big.commands.run(f"python3 /tmp/fork.py {cap} 15 /tmp/fork.json", background=True)
         time.sleep(2)  # its children held meanwhile
         _bystander_alive(small, watch.pid)
         if limit:
