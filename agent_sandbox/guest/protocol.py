@@ -31,6 +31,11 @@ class ProtocolError(Exception):
     """The peer sent something that is not a valid frame; the connection must be closed."""
 
 
+class TruncatedFrame(ProtocolError):
+    """The connection ended part way through a frame: a broken connection (a peer gone,
+    or our own end shut down to cancel the call), not a malformed frame."""
+
+
 def encode_json(obj: Any) -> bytes:
     return _dumps(obj).encode("utf-8")
 
@@ -56,7 +61,7 @@ def send_frame(sock: Any, obj: Dict[str, Any], payload: bytes = b"") -> None:
 def _read_exact(rfile: BinaryIO, n: int, what: str) -> bytes:
     data = rfile.read(n) if n else b""
     if data is None or len(data) != n:
-        raise ProtocolError(f"connection closed in the middle of a frame ({what})")
+        raise TruncatedFrame(f"connection closed in the middle of a frame ({what})")
     return data
 
 
@@ -67,7 +72,7 @@ def read_frame(rfile: BinaryIO, max_json: int = MAX_JSON) -> Optional[Frame]:
     if not head:
         return None
     if len(head) != HEADER.size:
-        raise ProtocolError("connection closed in the middle of a frame header")
+        raise TruncatedFrame("connection closed in the middle of a frame header")
     json_len, bin_len = HEADER.unpack(head)
     if json_len > min(max_json, MAX_JSON) or bin_len > MAX_BIN:
         raise ProtocolError(f"frame exceeds limits: json={json_len} bin={bin_len}")

@@ -138,6 +138,11 @@ class GuestConnection:
             frame = proto.read_frame(self.rfile, self.max_json)
         except TimeoutError as exc:
             raise SandboxTimeoutError(f"guest did not answer {self.what} in time") from exc
+        except proto.TruncatedFrame as exc:
+            # A connection cut mid-frame is a broken connection, not a lying guest: a
+            # cancelled call shuts its own end down while a large output frame is on its
+            # way, and that must not stop the sandbox (with every process in it).
+            raise self._broken(f"guest connection broke during {self.what}: {exc}") from None
         except (proto.ProtocolError, RecursionError, MemoryError) as exc:
             raise GuestProtocolError(f"guest sent an invalid frame during {self.what}: "
                                      f"{str(exc)[:200]}") from None

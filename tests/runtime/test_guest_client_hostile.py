@@ -19,9 +19,11 @@ from pathlib import Path
 import pytest
 from lyingguest import Reply, lying_guests
 
-from agent_sandbox.errors import SandboxTimeoutError
+from agent_sandbox.cancel import CallCancel
+from agent_sandbox.errors import CancelledCallError, SandboxTimeoutError
 from agent_sandbox.guest import protocol as proto
 from agent_sandbox.runtime import guest_client
+from agent_sandbox.runtime.guest_channel import GuestUnavailableError
 from agent_sandbox.runtime.guest_client import GuestClient, GuestProtocolError
 
 pytestmark = pytest.mark.integration
@@ -134,3 +136,40 @@ def test_endless_error_text_is_cut(liar) -> None:
     reply = {"error": {"code": "not_found", "message": "x" * (4 << 20)}}
     exc = _within(10, GuestClient(liar(lambda c, r: proto.send_frame(c, reply))).ping)
     assert exc is not None and len(str(exc)) <= guest_client.MAX_ERROR_TEXT + 100
+
+
+def _half_a_frame(sent: threading.Event | None = None) -> Reply:
+    """Started, then an output frame cut short: the guest closes (or, given ``sent``, says
+    so and waits)."""
+    def reply(conn: socket.socket, req: dict) -> None:
+        proto.send_frame(conn, {"started": True, "pid": 7})
+        head, _ = proto.encode_frame({"stream": "stdout"}, b"x" * proto.CHUNK)
+        conn.sendall(head + b"x" * (proto.CHUNK // 2))
+        if sent is not None:
+            sent.set()
+            time.sleep(20)
+    return reply
+
+
+def test_a_frame_cut_short_is_a_broken_connection_not_a_lie(liar) -> None:
+    """The sandbox is stopped for a lying guest (``GuestProtocolError``): a connection
+    that ends part way through a frame is only broken."""
+    exc = _within(10, lambda: GuestClient(liar(_half_a_frame())).exec(["yes"]))
+    assert isinstance(exc, GuestUnavailableError) and not isinstance(exc, GuestProtocolError)
+
+
+def test_cancelling_a_call_mid_frame_is_a_cancel(liar) -> None:
+    """A call cancelled while a large output frame was on its way (a client that stopped
+    following an endless output) cut that frame short itself: that was taken for a lying
+    guest, and the gateway stopped the sandbox with every process in it."""
+    sent = threading.Event()
+    client = GuestClient(liar(_half_a_frame(sent)))
+    call = CallCancel()
+
+    def cancel_mid_frame() -> None:
+        sent.wait(10)
+        call.cancel()
+
+    threading.Thread(target=cancel_mid_frame, daemon=True).start()
+    exc = _within(10, lambda: call.run(client.exec, ["yes"], detach=True))
+    assert isinstance(exc, CancelledCallError), exc
