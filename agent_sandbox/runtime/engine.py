@@ -38,6 +38,9 @@ from agent_sandbox.runtime.store import SandboxRow, SandboxState, Store
 from agent_sandbox.runtime.templates import Template, TemplateStore
 from agent_sandbox.runtime.terminals import Terminals
 
+# At exit, how long closing waits for another process's hold on the template views.
+CLOSE_WAIT = 2.0
+
 
 class Engine(GuestOps, DirOps, Terminals):
     def __init__(self, config: EngineConfig | None = None, *, reaper: bool = True) -> None:
@@ -96,9 +99,12 @@ class Engine(GuestOps, DirOps, Terminals):
         if self._pool is not None:
             self._pool.wake.set()
         self._parts.code.close()
-        # The last process out leaves no host mounts behind when no sandbox exists.
+        # The last process out leaves no host mounts behind when no sandbox exists; but
+        # never waits long for another process's hold on the views (this runs at exit:
+        # Ctrl-C on `abx sandbox port` waited as long as that process held them). The
+        # holder is using them, or releasing them itself; the next exit releases them.
         try:
-            self.release_host_mounts()
+            self.release_host_mounts(wait=CLOSE_WAIT)
         except Exception:  # noqa: BLE001 - closing must not fail
             pass
 
@@ -123,11 +129,12 @@ class Engine(GuestOps, DirOps, Terminals):
         return {"free_bytes": shutil.disk_usage(self.config.data_dir).free,
                 "reserve_bytes": self.config.host_reserve_mb << 20}
 
-    def release_host_mounts(self) -> None:
+    def release_host_mounts(self, wait: float | None = None) -> None:
         """Unmount the template views once no sandbox exists (before deleting the data
-        dir: the views are read-only, but a recursive delete must not walk into them)."""
+        dir: the views are read-only, but a recursive delete must not walk into them).
+        ``wait``: at most this long for another process using them (TimeoutError)."""
         store = self._sandboxes.store
-        if not self.mode.release_views(lambda: bool(store.list_sandboxes())):
+        if not self.mode.release_views(lambda: bool(store.list_sandboxes()), wait):
             raise WrongStateError("sandboxes still exist; kill them first")
 
     # templates --------------------------------------------------------------------------

@@ -136,8 +136,9 @@ class HostMode(Protocol):
     # The rootless engine enters the sandbox's user namespace to set up its network.
     join_userns: bool
 
-    def release_views(self, in_use: Any) -> bool:
-        """Drop host views of templates when ``in_use()`` says no sandbox needs them."""
+    def release_views(self, in_use: Any, wait: float | None = None) -> bool:
+        """Drop host views of templates when ``in_use()`` says no sandbox needs them;
+        ``wait``: at most this long for another process's hold on them (TimeoutError)."""
 
     def forget_views(self, lowers: list[str]) -> None:
         """A removed template's directories need no view any more."""

@@ -127,8 +127,8 @@ class RootHost:
     def remove_tree(self, path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)  # fd-based: no link in it is followed
 
-    def release_views(self, in_use: Any) -> bool:
-        return self.views.release(in_use)
+    def release_views(self, in_use: Any, wait: float | None = None) -> bool:
+        return self.views.release(in_use, wait)
 
     def forget_views(self, lowers: list[str]) -> None:
         self.views.forget(lowers)

@@ -117,7 +117,7 @@ class RootlessHost:
     def remove_tree(self, path: Path) -> None:
         rootless.remove_tree(path)  # sandboxes wrote it with subordinate ids too
 
-    def release_views(self, in_use: Any) -> bool:
+    def release_views(self, in_use: Any, wait: float | None = None) -> bool:
         return not in_use()
 
     def forget_views(self, lowers: list[str]) -> None:

@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,10 +24,23 @@ _MS_NOSUID, _MS_NODEV = 2, 4
 
 
 @contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
+def _file_lock(path: Path, wait: float | None = None) -> Iterator[None]:
+    """An exclusive flock on ``path`` (other processes: views are shared). ``wait``: at
+    most this many seconds, then TimeoutError, instead of as long as its holder likes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        if wait is None:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        else:
+            deadline = time.monotonic() + wait
+            while True:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise TimeoutError(f"{path} is held by another process") from None
+                    time.sleep(0.02)
         try:
             yield
         finally:
@@ -77,11 +91,13 @@ class IdmapViews:
                 if str(target) in mounted:
                     syscalls.umount(str(target), lazy=True)
 
-    def release(self, in_use: Callable[[], bool] = lambda: False) -> bool:
+    def release(self, in_use: Callable[[], bool] = lambda: False,
+                wait: float | None = None) -> bool:
         """Unmount and remove every view unless ``in_use()`` says a sandbox still needs
         one (checked under the views' lock: a create records its sandbox before it
-        prepares views). Returns whether they were released."""
-        with _file_lock(self.root / ".lock"):
+        prepares views). Returns whether they were released. ``wait``: for the lock at
+        most this long (TimeoutError), as ``_file_lock``."""
+        with _file_lock(self.root / ".lock", wait):
             if in_use():
                 return False
             unmount_rootfs(self.root)
