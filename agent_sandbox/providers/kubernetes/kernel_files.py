@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from pathlib import Path
 
 from agent_sandbox.errors import SandboxError
@@ -44,13 +43,3 @@ class GuestKernelFiles(KernelFiles):
             for name in names:
                 with contextlib.suppress(SandboxError):
                     guest.remove(f"{GUEST_RUN_DIR}/{name}", recursive=True)
-
-    def save(self, sandbox_id: str, state: KernelState) -> None:
-        self.state_dir(sandbox_id)  # makes its parent, private
-        super().save(sandbox_id, state)
-
-
-def private_dir(path: Path) -> Path:
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
-    return path
