@@ -7,22 +7,23 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~5 ms of startup; annotations are strings anyway
-    import threading
     from typing import Any, BinaryIO, Dict, Optional
 
 if __package__:
     from . import protocol as proto
+    from .workers import Done
 else:  # imported by agent.py from the guest's directory
     import protocol as proto  # type: ignore[no-redef]
+    from workers import Done  # type: ignore[no-redef]
 
 
 class Conn:
-    """One client connection: socket, buffered reader, optional reader thread."""
+    """One client connection: socket, buffered reader, optional reader job."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.rfile: BinaryIO = sock.makefile("rb")
-        self.reader: Optional[threading.Thread] = None
+        self.reader: Optional[Done] = None  # the job reading from the client, if any
 
     def send(self, obj: Dict[str, Any], payload: bytes = b"") -> None:
         proto.send_frame(self.sock, obj, payload)

@@ -14,10 +14,12 @@ if TYPE_CHECKING:  # typing costs ~5 ms of startup; annotations are strings anyw
     from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 if __package__:
+    from . import workers
     from .errors import GuestError, bad
     from .limits import FINISHED_KEPT
     from .proc import Proc, Subscriber
 else:  # imported by agent.py from the guest's directory
+    import workers  # type: ignore[no-redef]
     from errors import GuestError, bad  # type: ignore[no-redef]
     from limits import FINISHED_KEPT  # type: ignore[no-redef]
     from proc import Proc, Subscriber  # type: ignore[no-redef]
@@ -110,7 +112,7 @@ class ProcTable:
             self.procs[proc.pid] = proc
         self.spawned.set()
         sub = proc.subscribe(replay=False) if subscribe else None
-        threading.Thread(target=proc.pump, name=f"pump-{proc.pid}", daemon=True).start()
+        workers.start(proc.pump)
         return proc, sub
 
     def adopt(self, start: Callable[[], Any]) -> Any:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 
 TYPE_CHECKING = False
@@ -15,7 +14,7 @@ if TYPE_CHECKING:  # typing costs ~5 ms of startup; annotations are strings anyw
     Req = Dict[str, Any]
 
 if __package__:
-    from . import checks, users
+    from . import checks, users, workers
     from . import protocol as proto
     from .conn import Conn
     from .errors import GuestError
@@ -26,6 +25,7 @@ else:  # imported by agent.py from the guest's directory
     import checks  # type: ignore[no-redef]
     import protocol as proto  # type: ignore[no-redef]
     import users  # type: ignore[no-redef]
+    import workers  # type: ignore[no-redef]
     from conn import Conn  # type: ignore[no-redef]
     from errors import GuestError  # type: ignore[no-redef]
     from limits import KILL_GRACE, MAX_OUTPUT_CAP, STREAM_TIMEOUT  # type: ignore[no-redef]
@@ -89,10 +89,7 @@ class ProcessOps:
             # a deadline ends by itself, so only stdin, an open-ended run or a caller that
             # may cancel ("watch") needs it.
             if not follow and (stdin or timeout is None or req.get("watch") is True):
-                conn.reader = threading.Thread(
-                    target=_watch, args=(conn, proc, sub, stdin), daemon=True
-                )
-                conn.reader.start()
+                conn.reader = workers.start(_watch, conn, proc, sub, stdin)
             timed_out, cancelled = _stream(conn, proc, sub, timeout, kill=True)
         except BaseException:
             if not follow:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # typing costs ~5 ms of startup; annotations are strings anyw
     Req = Dict[str, Any]
 
 if __package__:
-    from . import checks, users
+    from . import checks, users, workers
     from . import protocol as proto
     from .conn import Conn
     from .errors import GuestError, bad
@@ -33,6 +33,7 @@ else:  # imported by agent.py from the guest's directory
     import checks  # type: ignore[no-redef]
     import protocol as proto  # type: ignore[no-redef]
     import users  # type: ignore[no-redef]
+    import workers  # type: ignore[no-redef]
     from conn import Conn  # type: ignore[no-redef]
     from errors import GuestError, bad  # type: ignore[no-redef]
     from limits import PTY_FINISHED_KEPT, PTY_LIVE_CAP  # type: ignore[no-redef]
@@ -122,7 +123,7 @@ class PtyOps:
 
         pty = self.table.adopt(start)
         viewer = pty.attach(replay=False)
-        threading.Thread(target=pty.pump, name=f"pty-{pty.pid}", daemon=True).start()
+        workers.start(pty.pump)
         self._stream(conn, pty, viewer, {"started": True, "pid": pty.pid})
 
     def op_attach(self, conn: Conn, req: Req) -> None:
@@ -146,9 +147,7 @@ class PtyOps:
         try:
             conn.sock.settimeout(None)  # an idle terminal is no stalled request
             conn.send(first)
-            conn.reader = threading.Thread(target=_take_input, args=(conn, pty, viewer),
-                                           daemon=True)
-            conn.reader.start()
+            conn.reader = workers.start(_take_input, conn, pty, viewer)
             while True:
                 with pty.cond:
                     while not (viewer.chunks or pty.finished or viewer.cancelled):

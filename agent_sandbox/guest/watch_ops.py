@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # typing costs ~5 ms of startup; annotations are strings anyw
     Req = Dict[str, Any]
 
 if __package__:
-    from . import checks
+    from . import checks, workers
     from . import protocol as proto
     from .conn import Conn
     from .errors import GuestError, bad, os_error
@@ -39,6 +39,7 @@ if __package__:
 else:  # imported by agent.py from the guest's directory
     import checks  # type: ignore[no-redef]
     import protocol as proto  # type: ignore[no-redef]
+    import workers  # type: ignore[no-redef]
     from conn import Conn  # type: ignore[no-redef]
     from errors import GuestError, bad, os_error  # type: ignore[no-redef]
     from limits import (  # type: ignore[no-redef]
@@ -112,9 +113,7 @@ def _serve(conn: Conn, watcher: Any, timeout: Optional[float]) -> None:
         # Before the reader starts: a recv keeps the timeout it began with, and a watch
         # may be quiet for hours (the reader still sees the client close).
         conn.sock.settimeout(None)
-        conn.reader = threading.Thread(target=_until_closed, args=(conn, stop_w),
-                                       daemon=True)
-        conn.reader.start()
+        conn.reader = workers.start(_until_closed, conn, stop_w)
         conn.send({"started": True, "backend": watcher.name})
         ended = _pump(conn, watcher, stop_r, timeout)
         if ended is not None:
