@@ -19,6 +19,7 @@ import mcp_types as types
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 
+from agent_sandbox import heap
 from agent_sandbox.agent import reply_mode, wire_guard
 from agent_sandbox.agent.banner import print_banner
 from agent_sandbox.agent.config import STDIO_MAX_MESSAGE, AgentConfig, with_warm_pool
@@ -165,6 +166,7 @@ class MCPHttpApp:
             except Exception as exc:  # noqa: BLE001
                 await send({"type": "lifespan.startup.failed", "message": str(exc)})
                 return
+            heap.settle()
             await send({"type": "lifespan.startup.complete"})
             message = await receive()  # lifespan.shutdown
             stack.push_async_callback(self._shutdown)

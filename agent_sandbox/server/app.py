@@ -9,6 +9,7 @@ from typing import Any
 import anyio.to_thread
 from fastapi import FastAPI
 
+from agent_sandbox import heap
 from agent_sandbox.providers.base import Provider
 from agent_sandbox.server import e2b, errors
 from agent_sandbox.server.body_cap import BodyCap
@@ -83,6 +84,7 @@ def create_app(engine: Provider | None = None, keys: KeyStore | None = None,
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         anyio.to_thread.current_default_thread_limiter().total_tokens = WORKER_THREADS
+        heap.settle()
         yield
 
     app = FastAPI(title="agent-sandbox gateway", version="1", lifespan=lifespan,
