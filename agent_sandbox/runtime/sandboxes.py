@@ -40,6 +40,7 @@ _CONTROL_TIMEOUT = 10.0  # freeze/thaw answers, under the sandbox's lock
 _TOUCH_EVERY = 1.0
 VISIBLE = (SandboxState.RUNNING, SandboxState.PAUSED)
 NEW_PREFIX = ".new-"  # a sandbox dir being made, before its create lock is held
+TEMPLATE_REUSE = 2.0  # seconds a template's metadata serves calls to live sandboxes
 
 
 class Sandboxes:
@@ -56,6 +57,7 @@ class Sandboxes:
         self.code = Kernels(self)
         self._locks: dict[str, SandboxLock] = {}
         self._locks_guard = threading.Lock()
+        self._templates_seen: dict[str, tuple[float, Template]] = {}
 
     # what kernels and the facade read ---------------------------------------------------
     @property
@@ -100,8 +102,16 @@ class Sandboxes:
         )
 
     def template_for(self, row: SandboxRow) -> Template:
+        """The template's metadata (workdir, env, commands) for a call to a live sandbox.
+        A shared template's trust checks cost ~50 us and every call asked for it twice:
+        an answer is reused for ``TEMPLATE_REUSE`` seconds (creates always check afresh)."""
+        seen = self._templates_seen.get(row.template)
+        if seen is not None and seen[0] > time.monotonic():
+            return seen[1]
         try:
-            return self.templates.get(row.template)
+            tmpl = self.templates.get(row.template)
+            self._templates_seen[row.template] = (time.monotonic() + TEMPLATE_REUSE, tmpl)
+            return tmpl
         except NotFoundError:
             # The template was removed after the sandbox was made: its layers are frozen
             # in the row; the guest interpreter falls back to the default.

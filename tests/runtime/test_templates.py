@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -409,3 +410,22 @@ def test_engine_import_replace_and_remove_guard_sandboxes(engine: Engine, name: 
         assert sb.commands.run("echo still").stdout == "still\n"
     engine.remove_template(name)
     assert name not in {t.name for t in engine.list_templates()}
+
+
+def test_template_metadata_reaches_live_sandboxes_within_the_reuse_window(
+        store: TemplateStore, name: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls to a live sandbox reuse its template's metadata for TEMPLATE_REUSE seconds
+    (a shared template's checks cost ~50 us a call), then see a change."""
+    from dataclasses import replace
+
+    from agent_sandbox.runtime import sandboxes
+
+    monkeypatch.setattr(sandboxes, "TEMPLATE_REUSE", 0.5)
+    tmpl = store.import_dir(name, _busybox_rootfs(tmp_path / "bb"), env={"FOO": "one"})
+    with Sandbox.create(template=name) as sb:
+        assert sb.commands.run("echo $FOO").stdout == "one\n"
+        store.save(replace(tmpl, env={"FOO": "two"}))
+        assert sb.commands.run("echo $FOO").stdout == "one\n"  # within the window
+        time.sleep(0.6)
+        assert sb.commands.run("echo $FOO").stdout == "two\n"
