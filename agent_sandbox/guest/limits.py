@@ -2,7 +2,11 @@
 
 FINISHED_KEPT = 256  # finished processes kept (output, exit code) before the oldest go
 MAX_OUTPUT_CAP = 64 << 20
-SUB_BACKLOG = 8 << 20  # per-subscriber undelivered bytes before oldest chunks are dropped
+# A command's output not yet sent to one streaming client: once that is half of
+# SUB_BACKLOG the output waits for the client (the program blocks on its pipe), at most
+# SUB_STALL without the client taking any; past SUB_BACKLOG the oldest is dropped.
+SUB_BACKLOG = 1 << 20
+SUB_STALL = 2.0
 LIST_CAP = 10000
 LIST_JSON_CAP = 6 << 20  # stay under what the host reads in one frame (8 MiB)
 REQUEST_TIMEOUT = 60.0  # waiting for hello/request frames

@@ -14,26 +14,28 @@ if TYPE_CHECKING:  # typing costs ~5 ms of startup; annotations are strings anyw
     from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 if __package__:
-    from .limits import EXIT_DRAIN, SUB_BACKLOG
+    from .limits import EXIT_DRAIN, SUB_BACKLOG, SUB_STALL
 else:  # imported by agent.py from the guest's directory
-    from limits import EXIT_DRAIN, SUB_BACKLOG  # type: ignore[no-redef]
+    from limits import EXIT_DRAIN, SUB_BACKLOG, SUB_STALL  # type: ignore[no-redef]
 
 
 class Subscriber:
     """Output chunks not yet delivered to one streaming client (guarded by proc.cond)."""
 
-    __slots__ = ("chunks", "size", "dropped", "cancelled")
+    __slots__ = ("chunks", "size", "cap", "dropped", "cancelled", "lagging")
 
     def __init__(self) -> None:
         self.chunks: Deque[Tuple[str, bytes]] = deque()
         self.size = 0
+        self.cap = SUB_BACKLOG  # more while a replay of the tails is not taken yet
         self.dropped = False
         self.cancelled = False
+        self.lagging = False  # waited for once already: not again until it catches up
 
     def push(self, name: str, data: bytes) -> None:
         self.chunks.append((name, data))
         self.size += len(data)
-        while self.size > SUB_BACKLOG:  # slow client: keep the tail, like the buffers do
+        while self.size > self.cap:  # a stuck client: keep the tail, like the buffers do
             self.size -= len(self.chunks.popleft()[1])
             self.dropped = True
 
@@ -41,7 +43,13 @@ class Subscriber:
         items = list(self.chunks)
         self.chunks.clear()
         self.size = 0
+        self.cap = SUB_BACKLOG
+        self.lagging = False
         return items
+
+    def behind(self) -> bool:
+        """Less than half a backlog of room left: the output should wait for it."""
+        return self.size >= self.cap - SUB_BACKLOG // 2 and not (self.cancelled or self.lagging)
 
 
 class Proc:
@@ -78,7 +86,8 @@ class Proc:
     def subscribe(self, replay: bool) -> Subscriber:
         sub = Subscriber()
         with self.cond:
-            if replay:
+            if replay:  # the tails are bounded already (max_output): room for all of them
+                sub.cap += sum(len(buf) for buf in self.buffers.values())
                 for name, buf in self.buffers.items():
                     if buf:
                         sub.push(name, bytes(buf))
@@ -89,6 +98,7 @@ class Proc:
         with self.cond:
             if sub in self.subs:
                 self.subs.remove(sub)
+            self.cond.notify_all()  # the pump may be waiting for this one
 
     def cancel(self, sub: Subscriber) -> None:
         with self.cond:
@@ -106,6 +116,25 @@ class Proc:
                 for sub in self.subs:
                     sub.push(name, data)
                 self.cond.notify_all()
+
+    def taken(self) -> None:
+        """A subscriber took its chunks (caller holds cond): wake a pump waiting for it."""
+        self.cond.notify_all()
+
+    def _throttle(self) -> None:
+        """Let a client that is behind catch up before more is read, as a slow reader of
+        a pipe makes its writer wait: memory stays bounded without dropping its output.
+        At most SUB_STALL without progress: one stuck client never stops the process for
+        good (its oldest output is dropped instead, until it takes again)."""
+        with self.cond:  # waiting releases it: the reaper's on_exit is never held up
+            deadline = time.monotonic() + SUB_STALL
+            while self.exit_code is None and any(s.behind() for s in self.subs):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    for sub in self.subs:
+                        sub.lagging = sub.lagging or sub.behind()
+                    return
+                self.cond.wait(left)
 
     def snapshot(self) -> Tuple[bytes, bytes]:
         with self.cond:
@@ -126,6 +155,7 @@ class Proc:
         poller.register(self._wake_r, select.POLLIN)
         drain_until: Optional[float] = None
         while fds:
+            self._throttle()
             events = poller.poll(0 if drain_until is not None else None)
             if drain_until is not None and (not events or time.monotonic() > drain_until):
                 # Exit seen and nothing left that was written before it: the command is
@@ -162,6 +192,7 @@ class Proc:
                 return
             self.exit_code = code
             self.popen.returncode = code  # we reap ourselves; Popen must never waitpid
+            self.cond.notify_all()  # a pump waiting for a slow client reads the rest now
             if self._wake_open:
                 os.write(self._wake_w, b"x")
                 return

@@ -219,6 +219,8 @@ def _stream(
                     break
                 proc.cond.wait(left)
             chunks = sub.take()
+            if chunks:
+                proc.taken()
             finished, cancelled = proc.finished, sub.cancelled
         _send_chunks(conn, chunks)
         if finished or cancelled:
