@@ -19,6 +19,7 @@ from agent_sandbox.cancel import CallCancel
 from agent_sandbox.errors import SandboxError
 from agent_sandbox.models import CommandResult
 from agent_sandbox.server.errors import log, sandbox_error_response
+from agent_sandbox.server.event_queue import EventQueue
 
 OutputCallback = Callable[[str], None]
 RunFn = Callable[[OutputCallback, OutputCallback], CommandResult]
@@ -45,9 +46,9 @@ class _Pump:
     until the work has ended."""
 
     def __init__(self, work: WorkFn, slot: AbstractContextManager[Any] | None) -> None:
-        # Events hold up to ~64 KiB of the sandbox's output each: 32 of them (a few MiB a
-        # stream) keep a fast reader busy; 256 let each unread stream pin ~20 MiB.
-        self.events: queue.Queue[Any] = queue.Queue(maxsize=32)
+        # Bounded in bytes too: an event may carry a whole frame of the sandbox's output
+        # (up to 1 MiB), and 32 of them let each unread stream pin 32 MiB.
+        self.events = EventQueue()
         self.gone = threading.Event()
         self.call = CallCancel()
         self._work = work

@@ -1,10 +1,12 @@
 """A process's life as envd's ``ProcessEvent`` stream: its output (stdout/stderr, or a
 terminal's bytes) as it comes, then its end; KeepAlive events while it is silent.
 
-Output goes through ``streaming.work_events`` (a bounded queue: a slow client makes the
-process's output wait, never pile up here). The keepalives are what lets the gateway see
-a client that went away from a silent process (Connect servers notice a disconnect only
-when they write), so the thread following it does not wait forever."""
+Output goes out in events of at most ``DATA_MAX`` bytes, through
+``streaming.work_events`` (a queue bounded in bytes): a client that does not read makes
+the process's output wait (in the sandbox, and then the process itself), never pile up
+here. The keepalives are what lets the gateway see a client that went away from a silent
+process (Connect servers notice a disconnect only when they write), so the thread
+following it does not wait forever."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import asyncio
 import contextlib
 import math
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from connectrpc.errors import ConnectError
@@ -32,6 +34,7 @@ KEEPALIVE_HEADER = "keepalive-ping-interval"  # seconds, from E2B's SDKs (they s
 # noticed (and its gateway thread freed). More often than the SDKs ask is harmless.
 MAX_KEEPALIVE = 15.0
 MIN_KEEPALIVE = 1.0
+DATA_MAX = 64 << 10  # bytes of output per event (a sandbox's frame is up to 1 MiB)
 Event = pb.ProcessEvent
 
 
@@ -64,14 +67,39 @@ def _data(kind: str, data: bytes) -> Event:
 _KEEPALIVE = Event(event=Oneof("keepalive", Event.KeepAlive()))
 
 
+def pieces(data: bytes) -> Iterator[bytes]:
+    """``data`` in pieces of at most DATA_MAX bytes, cut between UTF-8 characters (a
+    client that decodes each event alone sees whole characters; any other bytes are cut
+    at DATA_MAX)."""
+    view = memoryview(data)
+    while len(view) > DATA_MAX:
+        cut = DATA_MAX
+        while cut > DATA_MAX - 3 and view[cut] & 0xC0 == 0x80:  # a continuation byte
+            cut -= 1
+        if view[cut] & 0xC0 == 0x80:
+            cut = DATA_MAX  # not UTF-8 there
+        yield bytes(view[:cut])
+        view = view[cut:]
+    if view:
+        yield bytes(view)
+
+
+def _emit_text(emit: Emit, kind: str, text: str) -> None:
+    """Text as events of bytes, a window at a time: a frame's output is never held
+    here twice over."""
+    for start in range(0, len(text), DATA_MAX):
+        for piece in pieces(text[start:start + DATA_MAX].encode()):
+            emit({kind: piece})
+
+
 def wait_work(provider: Provider, sandbox_id: str, pid: int) -> WorkFn:
     """Follow a process: its output so far (the sandbox keeps a bounded tail), then as it
     comes, then its exit code. The provider hands output over as text: bytes that are not
     UTF-8 arrive as U+FFFD."""
     def work(emit: Emit) -> dict[str, Any]:
         result = provider.wait(sandbox_id, pid,
-                               on_stdout=lambda text: emit({"stdout": text}),
-                               on_stderr=lambda text: emit({"stderr": text}))
+                               on_stdout=lambda text: _emit_text(emit, "stdout", text),
+                               on_stderr=lambda text: _emit_text(emit, "stderr", text))
         return {"end": result.exit_code}
     return work
 
@@ -90,8 +118,8 @@ def run_work(provider: Provider, sandbox_id: str, cmd: str, *, cwd: str,
             emit({"pid": pid})
 
         result = provider.run(sandbox_id, cmd, cwd=cwd, envs=envs, user=user,
-                              on_stdout=lambda text: emit({"stdout": text}),
-                              on_stderr=lambda text: emit({"stderr": text}),
+                              on_stdout=lambda text: _emit_text(emit, "stdout", text),
+                              on_stderr=lambda text: _emit_text(emit, "stderr", text),
                               on_start=started, detach=True)
         return {"end": result.exit_code}
 
@@ -108,7 +136,8 @@ def pty_work(open_session: Callable[[Callable[[bytes], None]], PtySession],
 
         def on_data(data: bytes) -> None:
             opened.wait()
-            emit({"pty": data})
+            for piece in pieces(data):
+                emit({"pty": piece})
 
         try:
             session = open_session(on_data)
@@ -150,7 +179,7 @@ async def events(work: WorkFn, interval: float) -> AsyncIterator[Event]:
                 yield _data("pty", event["pty"])
             else:
                 kind = "stdout" if "stdout" in event else "stderr"
-                yield _data(kind, event[kind].encode())
+                yield _data(kind, event[kind])
     except ConnectError:
         raise
     except SandboxError as exc:
