@@ -7,7 +7,7 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~5 ms of startup; annotations are strings anyway
-    from typing import Any, BinaryIO, Dict, Optional
+    from typing import Any, BinaryIO, Dict, List, Optional
 
 if __package__:
     from . import protocol as proto
@@ -27,6 +27,9 @@ class Conn:
 
     def send(self, obj: Dict[str, Any], payload: bytes = b"") -> None:
         proto.send_frame(self.sock, obj, payload)
+
+    def send_parts(self, obj: Dict[str, Any], parts: List[bytes]) -> None:
+        proto.send_frame_parts(self.sock, obj, parts)
 
     def done(self, **fields: Any) -> None:
         fields["done"] = True

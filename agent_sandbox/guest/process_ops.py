@@ -240,10 +240,10 @@ def _send_chunks(conn: Conn, chunks: List[Tuple[str, bytes]]) -> None:
     name = ""
     for stream, data in chunks:
         if pending and (stream != name or size + len(data) > proto.CHUNK):
-            conn.send({"stream": name}, b"".join(pending))
+            conn.send_parts({"stream": name}, pending)
             pending, size = [], 0
         name = stream
         pending.append(data)
         size += len(data)
     if pending:
-        conn.send({"stream": name}, b"".join(pending))
+        conn.send_parts({"stream": name}, pending)

@@ -12,7 +12,7 @@ import struct
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # keep typing (slow to import) out of the guest's startup
-    from typing import Any, BinaryIO, Dict, Optional, Tuple
+    from typing import Any, BinaryIO, Dict, List, Optional, Tuple
 
     Frame = Tuple[Dict[str, Any], bytes]
 
@@ -40,12 +40,17 @@ def encode_json(obj: Any) -> bytes:
     return _dumps(obj).encode("utf-8")
 
 
+def _head(obj: Dict[str, Any], size: int) -> bytes:
+    """Header + JSON of a frame whose payload is ``size`` bytes, after the size caps."""
+    data = encode_json(obj)
+    if len(data) > MAX_JSON or size > MAX_BIN:
+        raise ProtocolError(f"frame too large: json={len(data)} bin={size}")
+    return HEADER.pack(len(data), size) + data
+
+
 def encode_frame(obj: Dict[str, Any], payload: bytes = b"") -> Tuple[bytes, bytes]:
     """Return (header + JSON, payload) after checking the size caps."""
-    data = encode_json(obj)
-    if len(data) > MAX_JSON or len(payload) > MAX_BIN:
-        raise ProtocolError(f"frame too large: json={len(data)} bin={len(payload)}")
-    return HEADER.pack(len(data), len(payload)) + data, payload
+    return _head(obj, len(payload)), payload
 
 
 def send_frame(sock: Any, obj: Dict[str, Any], payload: bytes = b"") -> None:
@@ -56,6 +61,18 @@ def send_frame(sock: Any, obj: Dict[str, Any], payload: bytes = b"") -> None:
     else:
         sock.sendall(head)
         sock.sendall(payload)
+
+
+def send_frame_parts(sock: Any, obj: Dict[str, Any], parts: List[bytes]) -> None:
+    """One frame whose payload is ``parts`` back to back, sent without joining them: a
+    slow reader's backlog is not held twice over while it is sent."""
+    size = sum(len(part) for part in parts)
+    if size <= _COALESCE:
+        send_frame(sock, obj, b"".join(parts))
+        return
+    sock.sendall(_head(obj, size))
+    for part in parts:
+        sock.sendall(part)
 
 
 def _read_exact(rfile: BinaryIO, n: int, what: str) -> bytes:

@@ -407,6 +407,22 @@ def test_malformed_frames_do_not_crash(client: GuestClient) -> None:
         client._call({"op": "frobnicate"})
 
 
+@pytest.mark.parametrize("sizes", [[], [3, 0, 5], [65536, 65536, 1], [1 << 20] * 4])
+def test_a_frame_sent_in_parts_is_one_frame(sizes: list[int]) -> None:
+    from agent_sandbox.guest import protocol as proto
+
+    parts = [os.urandom(n) for n in sizes]
+    left, right = socket.socketpair()
+    with left, right, right.makefile("rb") as rfile:
+        sender = threading.Thread(target=proto.send_frame_parts,
+                                  args=(left, {"stream": "stdout"}, parts))
+        sender.start()
+        assert proto.read_frame(rfile) == ({"stream": "stdout"}, b"".join(parts))
+        sender.join(5)
+        with pytest.raises(proto.ProtocolError, match="too large"):
+            proto.send_frame_parts(left, {}, [b"x" * proto.MAX_BIN, b"y"])
+
+
 def test_unavailable_guest(tmp_path: Path) -> None:
     with pytest.raises(GuestUnavailableError):
         GuestClient(str(tmp_path / "nothing.sock")).ping()
