@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import httpx2 as httpx
+
 from agent_sandbox.server.keys import KeyStore
 from agent_sandbox.server.process import GatewayProcess
 
@@ -23,3 +25,12 @@ class E2BGateway:
         """What a user sets to point E2B's SDKs here (docs/e2b.md)."""
         return {"E2B_API_KEY": self.keys[who], "E2B_API_URL": self.url,
                 "E2B_SANDBOX_URL": self.url}
+
+    def kill_sandbox(self, sandbox_id: str, who: str = "a") -> bool:
+        """Kill a sandbox through E2B's control plane (as its key ``who``), as soon as a
+        test is done with it: one whose processes still run (floods) must not hold the
+        shared gateway and host back for the tests after it. False: it was gone."""
+        reply = httpx.delete(f"{self.url}/sandboxes/{sandbox_id}", timeout=120,
+                             headers={"X-API-KEY": self.keys[who]})
+        assert reply.status_code in (204, 404), reply.text
+        return reply.status_code == 204

@@ -5,6 +5,7 @@ serving everyone (still alive, memory bounded), other tenants' sandboxes untouch
 from __future__ import annotations
 
 import json
+import socket
 import struct
 from collections.abc import Iterator
 
@@ -187,35 +188,66 @@ def test_websockets_and_grpc_to_envd_get_clear_refusals(e2b_gateway: E2BGateway,
     _alive(e2b_gateway)
 
 
+def _guest_peak(gateway: E2BGateway, sb: object) -> int:
+    """The peak RSS of the sandbox's guest agent (its pid 1), read through envd's files
+    API: it takes no command slot (the floods hold them all)."""
+    reply = httpx.get(gateway.url + "/files", params={"path": "/proc/1/status"},
+                      headers=_headers(sb), timeout=60)
+    assert reply.status_code == 200, reply.text
+    for line in reply.text.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM in the guest's status: {reply.text[:300]!r}")
+
+
+def _first_event(conn: socket.socket) -> bytes:
+    """Read a Process/Start stream only until its first message: the process's start
+    (``"start"``) or the call's refusal. What comes after is left unread."""
+    seen = b""
+    while b'"start"' not in seen and b"resource_exhausted" not in seen:
+        data = conn.recv(4096)
+        assert data and len(seen) < 64 << 10, f"no first event in {seen[:300]!r}"
+        seen += data
+    return seen
+
+
 def test_unread_output_floods_stay_bounded(e2b_gateway: E2BGateway, own: object) -> None:
-    """A tenant starts as many endless-output commands as its quota allows (32) and never
-    reads them: what the gateway holds for them stays bounded (~11 MiB a stream; was ~20),
-    the next one is refused by the quota, and the gateway still serves."""
-    import socket
+    """A tenant starts one more endless-output command than its quota allows (32) and never
+    reads them: exactly one is refused by the quota; the others are held back all the way
+    to the programs (envd events of at most 64 KiB, a stream's queue bounded in bytes, the
+    guest's backlog 1 MiB a client, then a 2 s stall) instead of buffered: the gateway
+    grows by a few MiB a stream (it was 32-event queues of up to 1 MiB events, growing
+    with time), the guest's peak stays below 256 MiB (its 8 MiB backlogs took it to ~460:
+    OOM-killed in a 256 MiB sandbox), and the gateway still serves."""
     import time
 
     pid = e2b_gateway.proc.proc.pid  # type: ignore[union-attr]
+    sandbox_id = own.sandbox_id  # type: ignore[attr-defined]
     before = _status(pid, "VmRSS")
     body = json.dumps({"process": {"cmd": "/bin/sh", "args": ["-c", "yes " + "A" * 60]}})
     message = _envelope(body.encode())
     head = "".join(f"{k}: {v}\r\n" for k, v in _headers(own).items())
-    streams = []
+    streams: list[socket.socket] = []
     try:
         for _ in range(33):
             conn = socket.create_connection(("127.0.0.1", e2b_gateway.proc.port))
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            conn.settimeout(60)
             conn.sendall(f"POST /process.Process/Start HTTP/1.1\r\nHost: x\r\n{head}"
                          "Content-Type: application/connect+json\r\n"
                          f"Content-Length: {len(message)}\r\n\r\n".encode() + message)
             streams.append(conn)
-        streams[-1].settimeout(60)
-        refused = b""
-        while b"resource_exhausted" not in refused and len(refused) < 4096:
-            refused += streams[-1].recv(4096)
-        assert b"resource_exhausted" in refused
+        firsts = [_first_event(conn) for conn in streams]
+        refused = [first for first in firsts if b"resource_exhausted" in first]
+        assert len(refused) == 1, f"{len(refused)} of 33 streams refused (one expected)"
         time.sleep(10)  # not a timing assertion: time for the floods to fill what they can
-        assert _status(pid, "VmRSS") - before < 512 * MiB  # was ~660 MiB (256-event queues)
+        grown = _status(pid, "VmRSS") - before
+        # ~80 MiB (~320 before, and growing); the guest ~160 MiB at its peak (~460 before).
+        assert grown < 160 * MiB, f"the gateway grew by {grown / MiB:.0f} MiB"
+        peak = _guest_peak(e2b_gateway, own)
+        assert peak < 256 * MiB, f"the guest's peak RSS was {peak / MiB:.0f} MiB"
         _alive(e2b_gateway)
     finally:
+        e2b_gateway.kill_sandbox(sandbox_id)
         for conn in streams:
             conn.close()
