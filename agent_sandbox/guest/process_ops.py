@@ -124,7 +124,10 @@ class ProcessOps:
         if len(out) + len(err) <= proto.MAX_BIN:
             conn.send(dict(final, done=True, stdout_len=len(out)), out + err)
             return
-        _send_chunks(conn, [("stdout", out), ("stderr", err)])  # too big for one frame
+        # Too big for one frame: in pieces (a tail may be up to MAX_OUTPUT_CAP).
+        _send_chunks(conn, [(name, memoryview(data)[at:at + proto.CHUNK])
+                            for name, data in (("stdout", out), ("stderr", err))
+                            for at in range(0, len(data), proto.CHUNK)])
         conn.done(stdout_len=0, **final)
 
     def op_wait(self, conn: Conn, req: Req) -> None:

@@ -469,3 +469,15 @@ def test_sigterm_kills_children_and_exits_zero(tmp_path: Path) -> None:
     assert proc.wait(5) == 0
     assert _dead(pid)
     assert not os.path.exists(sock)
+
+
+def test_output_of_a_tail_bigger_than_a_frame(client: GuestClient) -> None:
+    """A stored tail over one frame's cap (max_output may be up to 64 MiB) comes back
+    whole, in pieces, instead of failing with "frame too large"."""
+    big = 6 << 20
+    pid = client.start(["/bin/sh", "-c", f"head -c {big} /dev/zero | tr '\\0' a; "
+                        "echo tail >&2"], cwd="/", max_output=8 << 20)
+    client.wait(pid, timeout=30)
+    out = client.output(pid, max_output=8 << 20)
+    assert (len(out.stdout), out.stderr, out.exit_code) == (big, b"tail\n", 0)
+    assert set(out.stdout) == {ord("a")} and not out.truncated
