@@ -4,14 +4,12 @@ the host's download path fed by a lying guest that sends hostile archives."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from _agent import running_guest
 from _tars import END, chunks_of, member, packed, stream, tree, unpack
 from lyingguest import lying_guests
 
@@ -20,22 +18,11 @@ from agent_sandbox.guest import protocol as proto
 from agent_sandbox.runtime.guest_client import GuestClient
 from agent_sandbox.sdk import dirs
 
-AGENT = Path(__file__).resolve().parents[2] / "agent_sandbox" / "guest" / "agent.py"
-GUEST_PYTHON = os.environ.get("ABX_TEST_GUEST_PYTHON", sys.executable)
-
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GuestClient]:
-    sock = str(tmp_path_factory.mktemp("guest") / "g.sock")
-    proc = subprocess.Popen([GUEST_PYTHON, "-I", "-S", str(AGENT), "--unix", sock],
-                            stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    assert proc.stdout.readline().startswith("abx-guest ready")
-    try:
-        yield GuestClient(sock)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(5)
+    with running_guest(tmp_path_factory.mktemp("guest")) as guest:
+        yield guest
 
 
 def test_round_trip_through_the_guest(client: GuestClient, tmp_path: Path) -> None:

@@ -9,21 +9,17 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from _agent import running_guest
 
 from agent_sandbox.guest.limits import SUB_BACKLOG, SUB_STALL
 from agent_sandbox.guest.proc import Proc, Subscriber
 from agent_sandbox.guest.proc_table import exit_code
 from agent_sandbox.runtime.guest_client import GuestClient
-
-AGENT = Path(__file__).resolve().parents[2] / "agent_sandbox" / "guest" / "agent.py"
-GUEST_PYTHON = os.environ.get("ABX_TEST_GUEST_PYTHON", sys.executable)
 
 
 def _seq(n: int) -> bytes:
@@ -166,16 +162,8 @@ def test_the_exit_of_a_held_back_program_is_never_held_up(runs: list[Run]) -> No
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GuestClient]:
-    sock = str(tmp_path_factory.mktemp("guest") / "g.sock")
-    proc = subprocess.Popen([GUEST_PYTHON, "-I", "-S", str(AGENT), "--unix", sock],
-                            stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    assert proc.stdout.readline().startswith("abx-guest ready")
-    try:
-        yield GuestClient(sock)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(5)
+    with running_guest(tmp_path_factory.mktemp("guest")) as guest:
+        yield guest
 
 
 def test_exec_through_a_slow_callback_is_whole(client: GuestClient) -> None:

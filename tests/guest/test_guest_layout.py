@@ -4,17 +4,17 @@
 from __future__ import annotations
 
 import ast
-import os
 import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+from _agent import GUEST_PYTHON
+
 from agent_sandbox.runtime.guest_client import GuestClient
 
 GUEST_DIR = Path(__file__).resolve().parents[2] / "agent_sandbox" / "guest"
-GUEST_PYTHON = os.environ.get("ABX_TEST_GUEST_PYTHON", sys.executable)
 
 
 def test_guest_boots_from_a_copy_of_its_directory(tmp_path: Path) -> None:

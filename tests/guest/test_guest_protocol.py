@@ -10,20 +10,16 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _agent import AGENT, GUEST_PYTHON
 
 from agent_sandbox.errors import InvalidArgumentError, NotFoundError, WrongStateError
 from agent_sandbox.runtime.guest_client import GuestClient, GuestUnavailableError
-
-AGENT = Path(__file__).resolve().parents[2] / "agent_sandbox" / "guest" / "agent.py"
-# The guest runs on the template's python3 (3.9+); set this to test another interpreter.
-GUEST_PYTHON = os.environ.get("ABX_TEST_GUEST_PYTHON", sys.executable)
 
 
 def _start_guest(

@@ -4,17 +4,14 @@ kill, bounds and bad requests."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
+from _agent import running_guest
 from ptyscreen import Screen
 
 from agent_sandbox.errors import (
@@ -28,24 +25,14 @@ from agent_sandbox.guest.limits import PTY_LIVE_CAP, PTY_RING, PTY_VIEWERS_CAP
 from agent_sandbox.runtime.guest_client import GuestClient
 from agent_sandbox.runtime.guest_pty import GuestPty, open_pty, pty_kill
 
-AGENT = Path(__file__).resolve().parents[2] / "agent_sandbox" / "guest" / "agent.py"
-GUEST_PYTHON = os.environ.get("ABX_TEST_GUEST_PYTHON", sys.executable)
 SHELL = ["/bin/bash", "--norc", "--noprofile", "-i"]
 ENV = {"PATH": "/usr/bin:/bin", "PS1": "$ ", "TERM": "xterm", "LANG": "C.UTF-8"}
 
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GuestClient]:
-    sock = str(tmp_path_factory.mktemp("guest") / "g.sock")
-    proc = subprocess.Popen([GUEST_PYTHON, "-I", "-S", str(AGENT), "--unix", sock],
-                            stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    assert proc.stdout.readline().startswith("abx-guest ready")
-    try:
-        yield GuestClient(sock)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(5)
+    with running_guest(tmp_path_factory.mktemp("guest")) as guest:
+        yield guest
 
 
 def _open(client: GuestClient, screen: Screen | None = None, **req: Any) -> GuestPty:

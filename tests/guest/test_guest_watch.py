@@ -5,37 +5,25 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from _agent import running_guest
 
 from agent_sandbox.errors import InvalidArgumentError, NotFoundError, ResourceExhaustedError
 from agent_sandbox.models import FilesystemEvent
 from agent_sandbox.runtime.guest_client import GuestClient
 from agent_sandbox.runtime.guest_watch import GuestWatch
 
-AGENT = Path(__file__).resolve().parents[2] / "agent_sandbox" / "guest" / "agent.py"
-GUEST_PYTHON = os.environ.get("ABX_TEST_GUEST_PYTHON", sys.executable)
 WAIT = 10.0  # generous: events come within a second (bench/watch_latency.py measures)
 
 
 def _guest(folder: Path) -> Iterator[GuestClient]:
-    sock = str(folder / "g.sock")
-    proc = subprocess.Popen([GUEST_PYTHON, "-I", "-S", str(AGENT), "--unix", sock],
-                            stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    assert proc.stdout.readline().startswith("abx-guest ready")
-    try:
-        yield GuestClient(sock)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(5)
+    with running_guest(folder) as guest:
+        yield guest
 
 
 @pytest.fixture(scope="module")
