@@ -78,15 +78,14 @@ def test_slow_uploads_hold_a_slot_of_their_own(gw: Gateway) -> None:
         slow = threading.Thread(target=provider.write_file,
                                 args=(sandbox_id, "/tmp/slow", trickle()))
         slow.start()
+        # The slow upload holds the slot once the guest has its temporary file; probing
+        # before that could take the slot first (and the slow one would be the 429).
         deadline = time.monotonic() + 30
-        refused = None
-        while refused is None and time.monotonic() < deadline:
-            try:  # once the slow one holds the slot, a second is a 429
-                provider.write_file(sandbox_id, "/tmp/second", b"x")
-                time.sleep(0.05)
-            except ResourceExhaustedError as exc:
-                refused = exc
-        assert refused is not None and "uploads at once" in str(refused)
+        while ".slow.abx-" not in provider.run(sandbox_id, "ls -a /tmp").stdout:
+            assert time.monotonic() < deadline, "the slow upload never reached the guest"
+            time.sleep(0.05)
+        with pytest.raises(ResourceExhaustedError, match="uploads at once"):
+            provider.write_file(sandbox_id, "/tmp/second", b"x")
         # A command is not an upload: it still runs meanwhile.
         assert provider.run(sandbox_id, "echo ok").stdout == "ok\n"
         go.set()
