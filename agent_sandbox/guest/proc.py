@@ -52,6 +52,21 @@ class Subscriber:
         return self.size >= self.cap - SUB_BACKLOG // 2 and not (self.cancelled or self.lagging)
 
 
+def wait_for_laggards(owner: Any, clients: List[Any], stall: float) -> None:
+    """Wait on ``owner.cond`` while a client is ``behind()`` and ``owner`` has not exited,
+    at most ``stall`` seconds; then mark the clients still behind as lagging. Waiting
+    releases the cond: the reaper's on_exit is never held up (command and terminal)."""
+    with owner.cond:
+        deadline = time.monotonic() + stall
+        while owner.exit_code is None and any(c.behind() for c in clients):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                for client in clients:
+                    client.lagging = client.lagging or client.behind()
+                return
+            owner.cond.wait(left)
+
+
 class Proc:
     """One child process: tail buffers, exit status, live subscribers."""
 
@@ -126,15 +141,7 @@ class Proc:
         a pipe makes its writer wait: memory stays bounded without dropping its output.
         At most SUB_STALL without progress: one stuck client never stops the process for
         good (its oldest output is dropped instead, until it takes again)."""
-        with self.cond:  # waiting releases it: the reaper's on_exit is never held up
-            deadline = time.monotonic() + SUB_STALL
-            while self.exit_code is None and any(s.behind() for s in self.subs):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    for sub in self.subs:
-                        sub.lagging = sub.lagging or sub.behind()
-                    return
-                self.cond.wait(left)
+        wait_for_laggards(self, self.subs, SUB_STALL)
 
     def snapshot(self) -> Tuple[bytes, bytes]:
         with self.cond:

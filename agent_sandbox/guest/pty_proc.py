@@ -20,6 +20,7 @@ if __package__:
     from . import users
     from .errors import GuestError
     from .limits import EXIT_DRAIN, PTY_BACKLOG, PTY_RING, PTY_STALL, PTY_VIEWERS_CAP
+    from .proc import wait_for_laggards
 else:  # imported by agent.py from the guest's directory
     import users  # type: ignore[no-redef]
     from errors import GuestError  # type: ignore[no-redef]
@@ -30,6 +31,7 @@ else:  # imported by agent.py from the guest's directory
         PTY_STALL,
         PTY_VIEWERS_CAP,
     )
+    from proc import wait_for_laggards  # type: ignore[no-redef]
 
 
 class Viewer:
@@ -150,15 +152,7 @@ class PtyProc:
     def _throttle(self) -> None:
         """Let a client that is behind catch up for a while before its oldest output is
         dropped: the program waits on its terminal meanwhile, as on a slow real one."""
-        with self.cond:
-            deadline = time.monotonic() + PTY_STALL
-            while any(v.behind() for v in self.viewers) and self.exit_code is None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    for viewer in self.viewers:
-                        viewer.lagging = viewer.lagging or viewer.behind()
-                    return
-                self.cond.wait(left)
+        wait_for_laggards(self, self.viewers, PTY_STALL)
 
     def pump(self) -> None:
         """Read the terminal until every holder of its other end is gone, or until a
