@@ -10,13 +10,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agent_sandbox.sdk import AsyncSandbox, AsyncVolume, Sandbox, Volume
+    from agent_sandbox.sdk import AsyncSandbox, AsyncSecret, AsyncVolume, Sandbox, Secret, Volume
 
 # The one definition of the version: pyproject.toml reads it (setuptools dynamic version).
 __version__ = "0.1.0"
 DISTRIBUTION = "abx-sandbox"
-__all__ = ["DISTRIBUTION", "AsyncSandbox", "AsyncVolume", "Sandbox", "Volume", "__version__"]
-_SDK = ("AsyncSandbox", "AsyncVolume", "Sandbox", "Volume")
+__all__ = ["DISTRIBUTION", "AsyncSandbox", "AsyncSecret", "AsyncVolume", "Sandbox", "Secret",
+           "Volume", "__version__"]
+_SDK = ("AsyncSandbox", "AsyncSecret", "AsyncVolume", "Sandbox", "Secret", "Volume")
 
 
 def __getattr__(name: str) -> Any:

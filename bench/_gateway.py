@@ -20,12 +20,12 @@ from typing import Any
 @dataclass
 class Setup:
     local: Any  # the embedded engine's Provider
-    gateway: Any  # agent_sandbox.server.process.GatewayProcess
+    gateway: Any  # agent_sandbox.surfaces.gateway.process.GatewayProcess
     tokens: dict[str, str] = field(default_factory=dict)  # key name -> token
 
     def remote(self, key: str | None = None) -> Any:
         """A RemoteProvider to the gateway (as ``key``; none: the gateway is open)."""
-        from agent_sandbox.providers.remote import RemoteProvider
+        from agent_sandbox.remote import RemoteProvider
 
         return RemoteProvider(self.gateway.url, self.tokens[key] if key else None)
 
@@ -38,8 +38,8 @@ def engine_and_gateway(keys: dict[str, dict[str, Any]] | None = None) -> Iterato
     os.environ.setdefault("ABX_DATA_DIR", tempfile.mkdtemp(prefix="abx-bench-", dir="/var/tmp"))
     os.environ.setdefault("ABX_POOL_SIZE", "0")
     from agent_sandbox.providers.local import local_provider
-    from agent_sandbox.server.keys import KeyStore
-    from agent_sandbox.server.process import GatewayProcess
+    from agent_sandbox.surfaces.gateway.process import GatewayProcess
+    from agent_sandbox.surfaces.http.keys import KeyStore
 
     keys_file, tokens = None, {}
     if keys is not None:
@@ -54,7 +54,7 @@ def engine_and_gateway(keys: dict[str, dict[str, Any]] | None = None) -> Iterato
         gateway.stop()
         if own_data:  # leave no mounts or data dir behind
             local.close()
-            local.release_host_mounts()
+            local.backend.release_host_mounts()
             shutil.rmtree(os.environ["ABX_DATA_DIR"], ignore_errors=True)
             if keys_file:
                 shutil.rmtree(Path(keys_file).parent, ignore_errors=True)

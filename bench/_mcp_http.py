@@ -30,7 +30,7 @@ def start_uvicorn(env: dict[str, str], root: str) -> tuple[subprocess.Popen[byte
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "agent_sandbox.agent.mcp_http:asgi_app", "--host",
+        [sys.executable, "-m", "uvicorn", "agent_sandbox.surfaces.mcp.http_app:asgi_app", "--host",
          "127.0.0.1", "--port", str(port), "--log-level", "warning"],
         cwd=root, env=env, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"

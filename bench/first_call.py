@@ -5,7 +5,7 @@ Run by hand, as root, from the repository root::
     .venv/bin/python bench/first_call.py [--runs 3] [--pool-size N] [--json]
 
 Builds (or finds) the shared ``code-interpreter-v1`` first, as root. Each run makes a
-fresh user (useradd, removed at the end), spawns ``python -m agent_sandbox.agent.mcp`` as
+fresh user (useradd, removed at the end), spawns ``python -m agent_sandbox.surfaces.mcp`` as
 that user, and speaks JSON-RPC lines to it: ``initialize``, then at once ``tools/call
 run_command``, as an IDE does. It prints the time from spawn to the ``initialize`` answer,
 the first call's own latency (sent to answered), the total from spawn, and the user's
@@ -82,7 +82,7 @@ def _call(n: int, tool: str, **args: Any) -> dict[str, Any]:
 def one_run(user: Any, env: dict[str, str], tool: str, args: dict[str, Any]
             ) -> dict[str, Any]:
     started = time.monotonic()
-    proc = subprocess.Popen(user.argv([sys.executable, "-m", "agent_sandbox.agent.mcp"]),
+    proc = subprocess.Popen(user.argv([sys.executable, "-m", "agent_sandbox.surfaces.mcp"]),
                             env=env, cwd=str(user.home), stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     wire = Lines(proc)
@@ -129,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(REPO / "tests"))
     from localusers import LocalUsers  # the test suite's real-user helper
 
-    from agent_sandbox.runtime import code_template, subids
-    from agent_sandbox.runtime.config import EngineConfig
+    from agent_sandbox.backends.runc.host import subids
+    from agent_sandbox.backends.runc.templates import code_interpreter as code_template
+    from agent_sandbox.config.engine import EngineConfig
 
     base_env: dict[str, str] = {"ABX_MCP_AUDIT_LOG": ""}
     if os.environ.get("PYTHONPATH"):

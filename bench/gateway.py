@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import percentile  # noqa: E402
 from _gateway import engine_and_gateway  # noqa: E402
 
-from agent_sandbox.providers.base import Provider  # noqa: E402
+from agent_sandbox.core.provider import Provider  # noqa: E402
 
 
 def _sequential(provider: Provider, sid: str, n: int) -> list[float]:

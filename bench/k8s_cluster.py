@@ -55,18 +55,16 @@ def _prepare(namespace: str) -> None:
     except ApiException:
         pass
     progress(f"pushing base into {namespace} (once)")
-    subprocess.run([sys.executable, "-m", "agent_sandbox.cli.main", "template", "push",
+    subprocess.run([sys.executable, "-m", "agent_sandbox.surfaces.cli.main", "template", "push",
                     "base", "--load-lab"], env={**os.environ, **_env(namespace, 0)},
                    check=True, cwd=ROOT)
 
 
 def _provider(namespace: str, pool: int) -> Any:
-    from agent_sandbox.providers.kubernetes.config import cluster_config
-    from agent_sandbox.providers.kubernetes.provider import KubernetesProvider
-    from agent_sandbox.settings import Settings
+    from agent_sandbox.config.settings import Settings
+    from agent_sandbox.providers.kubernetes import kubernetes_service
 
-    settings = Settings(**_env(namespace, pool))
-    return KubernetesProvider(cluster_config(settings), settings)
+    return kubernetes_service(Settings(**_env(namespace, pool)))
 
 
 def _creates(provider: Any, n: int, before: Callable[[], None] = lambda: None
@@ -97,7 +95,7 @@ def _execs(provider: Any, rounds: int) -> list[float]:
 
 def _wait_pool(provider: Any, size: int) -> None:
     deadline = time.monotonic() + 120
-    while len(provider.supervisor.pool._pooled("base")) < size:
+    while len(provider.backend.supervisor.pool.pooled("base")) < size:
         if time.monotonic() > deadline:
             raise SystemExit("the warm pool did not fill in 120 s")
         provider.reap_once()

@@ -4,7 +4,7 @@ directly and through the launcher.
 
     .venv/bin/python bench/mcp_launch.py [--runs 15] [--json]
 
-Target: the launcher adds <= 100 ms over `python -m agent_sandbox.agent.mcp` (it execs the
+Target: the launcher adds <= 100 ms over `python -m agent_sandbox.surfaces.mcp` (it execs the
 server after one interpreter start and standard-library imports; the full CLI, typer/rich/
 pydantic, added ~350 ms). Touches no engine: each run gets a private HOME, runtime dir and
 ABX_DATA_DIR (never created: `initialize` needs no sandbox), removed at exit.
@@ -61,11 +61,11 @@ def main() -> int:
     args = parser.parse_args()
     abx = Path(sys.executable).parent / "abx"
     commands = {
-        "server (python -m agent_sandbox.agent.mcp)": [sys.executable, "-m",
-                                                        "agent_sandbox.agent.mcp"],
+        "server (python -m agent_sandbox.surfaces.mcp)": [sys.executable, "-m",
+                                                        "agent_sandbox.surfaces.mcp"],
         "abx mcp start": [str(abx), "mcp", "start"],
-        "python -m agent_sandbox.cli mcp start": [sys.executable, "-m", "agent_sandbox.cli",
-                                                  "mcp", "start"],
+        "python -m agent_sandbox.surfaces.cli mcp start": [
+            sys.executable, "-m", "agent_sandbox.surfaces.cli", "mcp", "start"],
     }
     if not abx.exists():
         del commands["abx mcp start"]

@@ -152,7 +152,7 @@ def main() -> None:
             results[label] = in_sandbox(policy, mode, port, args.n, args.downloads)
     except Exception as exc:  # noqa: BLE001 - say what failed, in one line
         raise SystemExit(f"bench failed: {exc}. It needs the engine's network policies "
-                         "(runtime/netproxy and netns).") from None
+                         "(backends/runc/netproxy and netns).") from None
     finally:
         server.shutdown()
     figures = {label: {"setup_p50_ms": median(r["setup"]),

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import fmt_ms, percentile, progress, table  # noqa: E402
 from _gateway import engine_and_gateway  # noqa: E402
 
-from agent_sandbox.providers.base import Provider  # noqa: E402
+from agent_sandbox.core.provider import Provider  # noqa: E402
 
 TARGET_MS = {"local": 5.0, "gateway": 10.0}  # p50 an interactive terminal feels instant at
 

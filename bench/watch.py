@@ -114,7 +114,7 @@ def main() -> None:
                         (max(1, args.n // 3), 0.35)
                     progress(f"{name} ({backend}): {rounds} rounds of four changes")
                     if backend == "poll":  # not offered by the SDK: the guest's own fallback
-                        guest = setup.local._sandboxes.guest(sid)
+                        guest = setup.local.backend.guest(sid)
                         stream = guest.watch("/workspace/bench/w", backend="poll")
                     else:
                         stream = provider.watch_dir(sid, "/workspace/bench/w")

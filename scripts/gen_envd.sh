@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Regenerate agent_sandbox/server/e2b/envd_pb from the vendored .proto files of E2B's envd
-# (agent_sandbox/server/e2b/proto, from spec/envd of github.com/e2b-dev/E2B, Apache-2.0),
+# Regenerate agent_sandbox/surfaces/e2b/envd_pb from the vendored .proto files of E2B's envd
+# (agent_sandbox/surfaces/e2b/proto, from spec/envd of github.com/e2b-dev/E2B, Apache-2.0),
 # with the generators of the libraries the package uses (protobuf-py, connectrpc).
 # Needs protoc (apt-get install protobuf-compiler); the generators go in a throwaway venv.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
-e2b="$here/agent_sandbox/server/e2b"
+e2b="$here/agent_sandbox/surfaces/e2b"
 venv="$(mktemp -d)"
 trap 'rm -rf "$venv"' EXIT
 python3 -m venv "$venv"

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +19,8 @@ os.environ["ABX_DATA_DIR"] = str(_DATA)
 os.environ.setdefault("ABX_POOL_SIZE", "0")
 # The stand-in internet of the network tests (netprobe.py): names and ranges on loopback.
 os.environ.update(__import__("netprobe").ENV)
+if os.geteuid() == 0:  # the CA its proxies trust upstream exists before any sandbox
+    __import__("netprobe").upstream_ca()
 
 
 def _engine_missing() -> str | None:
@@ -27,9 +31,40 @@ def _engine_missing() -> str | None:
     return None
 
 
+# Parallel workers (``-n N``) take a group of tests at a time and run it in order. A group
+# is a test file (its module fixtures, a gateway or a sandbox, are made once), except the
+# test cluster's: one cluster, whose tests stop nodes and must not overlap. The groups are
+# drawn from test ids by this scheduler (xdist's own marks do not reach pytest 9's ids).
+_K8S_ID = re.compile(r"^tests/kubernetes/|\[(?:.*-)?kubernetes(?:-.*)?\]$")
+
+
+# The longest groups start first, so that no worker is left with one at the end.
+_LONGEST = ("kubernetes", "tests/test_docs.py", "tests/runtime/test_rootless.py")
+
+
+def group_of(nodeid: str) -> str:
+    return "kubernetes" if _K8S_ID.search(nodeid) else nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(optionalhook=True)  # a run without pytest-xdist has no such hook
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:  # xdist's own schedulers' hook
+            return group_of(nodeid)
+
+    return ByGroup(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Integration tests (marked: real runc sandboxes, servers, mounts) need root and runc;
-    unit tests run in-process as any user."""
+    unit tests run in-process as any user, and are in the quick tier."""
+    rank = {group: n for n, group in enumerate(_LONGEST)}
+    items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(rank)))
+    for item in items:
+        if item.get_closest_marker("integration") is None:
+            item.add_marker(pytest.mark.quick)  # a unit test is always in the quick tier
     reason = _engine_missing()
     if reason is None:
         return
@@ -39,14 +74,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A process that ran no session (xdist's controller, a collection-only run) still made
+    its data dir at import: removed unless something is mounted under it."""
+    with open("/proc/self/mountinfo") as mounts:
+        if f" {_DATA}/" in mounts.read():
+            return
+    shutil.rmtree(_DATA, ignore_errors=True)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _clean_engine_at_exit() -> Iterator[None]:
     yield
     if _engine_missing() is not None:  # unit tests only: no engine ever used the dir
         shutil.rmtree(_DATA, ignore_errors=True)
         return
+    from agent_sandbox.backends.runc import supervisor
     from agent_sandbox.providers.local import local_provider
-    from agent_sandbox.runtime import supervisor
 
     engine = local_provider()
     engine.drain_pool()
@@ -56,7 +100,7 @@ def _clean_engine_at_exit() -> Iterator[None]:
         engine.delete_volume(volume.volume_id)
     supervisor.stop(_DATA)  # the session's lifecycle supervisor, before its dir goes
     engine.close()
-    engine.release_host_mounts()
+    engine.backend.release_host_mounts()
     shutil.rmtree(_DATA, ignore_errors=True)
 
 
@@ -76,12 +120,12 @@ def sandbox() -> Iterator[object]:
 def code_template() -> str:
     """code-interpreter-v1, built once (as root: in the host's shared templates directory,
     where later sessions and every user find it), so no request waits a minute for it."""
-    from agent_sandbox.errors import RuntimeUnavailableError
+    from agent_sandbox.backends.runc.templates import code_interpreter as template
+    from agent_sandbox.core.errors import RuntimeUnavailableError
     from agent_sandbox.providers.local import local_provider
-    from agent_sandbox.runtime import code_template as template
 
     try:
-        template.ensure(local_provider().templates)
+        template.ensure(local_provider().backend.templates)
     except RuntimeUnavailableError as exc:
         if "registry could not be reached" in str(exc) or "is unreachable" in str(exc):
             pytest.skip(f"{template.NAME} cannot be built: the package registry is unreachable")

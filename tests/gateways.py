@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from agent_sandbox.server.keys import KeyStore
-from agent_sandbox.server.process import GatewayProcess
+from agent_sandbox.surfaces.gateway.process import GatewayProcess
+from agent_sandbox.surfaces.http.keys import KeyStore
 
 
 @contextmanager

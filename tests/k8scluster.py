@@ -65,7 +65,7 @@ def settings_env(namespace: str) -> dict[str, str]:
 def push(template: str, env: dict[str, str]) -> None:
     """``abx template push TEMPLATE --load-lab`` into the session's namespace."""
     done = subprocess.run(
-        [sys.executable, "-m", "agent_sandbox.cli.main", "template", "push", template,
+        [sys.executable, "-m", "agent_sandbox.surfaces.cli.main", "template", "push", template,
          "--load-lab"], env={**os.environ, **env}, capture_output=True, text=True,
         timeout=900)
     if done.returncode != 0:

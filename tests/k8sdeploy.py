@@ -55,7 +55,7 @@ def deploy(out: Path, home: Path, *args: str) -> dict[str, Any]:
            if not k.startswith(("ABX_", "KUBECONFIG", "SANDBOX_"))}
     env.update(HOME=str(home), PYTHONPATH=str(ROOT))
     done = subprocess.run(
-        [sys.executable, "-m", "agent_sandbox.cli.main", "mcp", "deploy", "--target",
+        [sys.executable, "-m", "agent_sandbox.surfaces.cli.main", "mcp", "deploy", "--target",
          "kubernetes-gateway", "-o", str(out), "--package", "abx-sandbox==0.1.0", "--json",
          *args], env=env, capture_output=True, text=True, timeout=300, cwd=home)
     assert done.returncode == 0, done.stderr

@@ -16,7 +16,7 @@ import pytest
 from syscall_prelude import PRELUDE
 
 from agent_sandbox import Sandbox
-from agent_sandbox.providers.kubernetes import objects
+from agent_sandbox.backends.kubernetes import objects
 
 # The python run inside starts with test_hostile.py's prelude (tests/syscall_prelude.py).
 

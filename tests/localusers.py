@@ -7,6 +7,8 @@ reachable by them: ancestors that others cannot traverse get o+x for the session
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import pwd
 import secrets
@@ -14,12 +16,28 @@ import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# Directories opened for other users, and by how many test processes (xdist workers).
+_OPENS = Path("/run/abx-test-opened-paths.json")
+
+
+@contextmanager
+def _shared_opens() -> Iterator[dict[str, dict[str, int]]]:
+    with open(f"{_OPENS}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            opens = json.loads(_OPENS.read_text())
+        except (OSError, ValueError):
+            opens = {}
+        yield opens
+        _OPENS.write_text(json.dumps(opens))
 
 # Run as the user: every sandbox and volume of the user's own (rootless) engine, gone.
 _CLEAR_ENGINE = """
@@ -105,7 +123,7 @@ class LocalUsers:
         where the host lacks unprivileged user namespaces."""
         if shutil.which("runc") is None:
             pytest.skip("runc is not installed")
-        from agent_sandbox.runtime import subids
+        from agent_sandbox.backends.runc.host import subids
 
         subids.reserve()  # before useradd: the user's subuids must not be the root engine's
         made = self.create()
@@ -115,23 +133,37 @@ class LocalUsers:
         return made
 
     def _open_path_for_others(self) -> None:
-        """Let other users traverse to the checkout and the interpreter (session only)."""
+        """Let other users traverse to the checkout and the interpreter, while any test
+        process needs it: parallel workers share one count (under a lock) of who does, and
+        the last one out puts the modes back."""
         if self._opened:
             return
         targets = {REPO, Path(os.path.realpath(sys.executable)).parent}
-        for target in targets:
-            for folder in [target, *target.parents]:
-                mode = folder.stat().st_mode
-                if not mode & stat.S_IXOTH:
-                    os.chmod(folder, stat.S_IMODE(mode) | stat.S_IXOTH)
-                    self._opened.append((folder, stat.S_IMODE(mode)))
+        folders = {f for target in targets for f in (target, *target.parents)}
+        with _shared_opens() as opens:
+            for folder in sorted(folders):
+                key = str(folder)
+                mode = stat.S_IMODE(folder.stat().st_mode)
+                if key not in opens and not mode & stat.S_IXOTH:
+                    os.chmod(folder, mode | stat.S_IXOTH)
+                    opens[key] = {"mode": mode, "users": 0}
+                if key in opens:
+                    opens[key]["users"] += 1
+                    self._opened.append((folder, opens[key]["mode"]))
 
     def cleanup(self) -> None:
         for user in self._made:
             subprocess.run(["pkill", "-KILL", "-u", str(user.uid)], capture_output=True)
         for user in self._made:
             subprocess.run(["userdel", "--remove", "--force", user.name], capture_output=True)
-        for folder, mode in reversed(self._opened):
-            os.chmod(folder, mode)
+        with _shared_opens() as opens:
+            for folder, mode in reversed(self._opened):
+                entry = opens.get(str(folder))
+                if entry is None:
+                    continue
+                entry["users"] -= 1
+                if entry["users"] <= 0:
+                    os.chmod(folder, mode)
+                    del opens[str(folder)]
         self._made.clear()
         self._opened.clear()

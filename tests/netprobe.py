@@ -8,6 +8,9 @@ inside a sandbox, 127.x is the sandbox's own loopback, so nothing reaches them b
 
 from __future__ import annotations
 
+import datetime
+import fcntl
+import hashlib
 import http.server
 import json
 import os
@@ -23,9 +26,49 @@ from typing import Any
 
 HTTP_NAME, TLS_NAME = "pypi.test", "tls.test"
 HTTP_ADDR, TLS_ADDR = "127.0.0.2", "127.0.0.3"
-ENV = {"ABX_NETWORK_HOSTS": f"{HTTP_NAME}={HTTP_ADDR},{TLS_NAME}={TLS_ADDR}",
-       "ABX_NETWORK_OPEN_RANGES": f"{HTTP_ADDR}/32,{TLS_ADDR}/32"}
+# A host secrets may go to (tests/runtime/test_secrets.py), and the CA its servers' own
+# certificates are signed by, which sandbox proxies trust upstream (written by that test).
+SECRET_NAME, SECRET_ADDR = "api.secret.test", "127.0.0.4"
+_HERE = hashlib.sha256(__file__.encode()).hexdigest()[:8]  # this checkout's own
+UPSTREAM_CA = f"/var/tmp/abx-test-upstream-ca-{os.getuid()}-{_HERE}.pem"
+ENV = {"ABX_NETWORK_HOSTS": f"{HTTP_NAME}={HTTP_ADDR},{TLS_NAME}={TLS_ADDR},"
+                            f"{SECRET_NAME}={SECRET_ADDR}",
+       "ABX_NETWORK_OPEN_RANGES": f"{HTTP_ADDR}/32,{TLS_ADDR}/32,{SECRET_ADDR}/32",
+       "ABX_SECRETS_UPSTREAM_CA": UPSTREAM_CA}
 FAST = 1.0  # seconds: a refusal is immediate, never a timeout
+
+
+def upstream_ca() -> tuple[Any, Any]:
+    """The stand-in internet's CA (certificate, private key), made once per checkout:
+    UPSTREAM_CA must exist before any networked sandbox starts (its proxy reads it then),
+    whichever test runs first on whichever worker."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key_path = Path(UPSTREAM_CA + ".key")
+    with open(UPSTREAM_CA + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (key_path.exists() and Path(UPSTREAM_CA).exists()):
+            now = datetime.datetime.now(datetime.UTC)
+            key = ec.generate_private_key(ec.SECP256R1())
+            name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "stand-in internet CA")])
+            cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+                    .public_key(key.public_key()).serial_number(1)
+                    .not_valid_before(now - datetime.timedelta(hours=1))
+                    .not_valid_after(now + datetime.timedelta(days=30))
+                    .add_extension(x509.BasicConstraints(ca=True, path_length=None),
+                                   critical=True)
+                    .sign(key, hashes.SHA256()))
+            fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                out.write(key.private_bytes(serialization.Encoding.PEM,
+                                            serialization.PrivateFormat.PKCS8,
+                                            serialization.NoEncryption()))
+            Path(UPSTREAM_CA).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    cert = x509.load_pem_x509_certificate(Path(UPSTREAM_CA).read_bytes())
+    return cert, serialization.load_pem_private_key(key_path.read_bytes(), None)
 ECONNREFUSED, EPERM, ENETUNREACH = 111, 1, 101
 # Never reachable whatever the policy: private, CGNAT, link-local incl. cloud metadata.
 FORBIDDEN = ["10.0.0.1", "172.16.0.1", "192.168.1.1", "100.64.0.1", "169.254.169.254"]
@@ -99,6 +142,7 @@ class _Hello(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _file(self, root: Path) -> None:
+        self.server.fetched.append(self.path)  # type: ignore[attr-defined]
         path = (root / self.path.lstrip("/").split("?")[0]).resolve()
         if path.is_dir():
             path = path / "index.html"
@@ -123,10 +167,11 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
 
 @contextmanager
-def internet(tmp: Path) -> Iterator[dict[str, Any]]:
-    """The stand-in internet: HTTP (also a package index with one wheel) and HTTPS."""
+def internet(tmp: Path, packages: tuple[str, ...] = ("abxdemo",)) -> Iterator[dict[str, Any]]:
+    """The stand-in internet: HTTP (also a package index: a wheel for each of ``packages``;
+    ``fetched`` lists the paths asked of it) and HTTPS."""
     root = tmp / "index"
-    _wheel_index(root)
+    _wheel_index(root, packages)
     cert, key = tmp / "cert.pem", tmp / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
                     "-subj", f"/CN={TLS_NAME}", "-keyout", str(key), "-out", str(cert),
@@ -134,6 +179,7 @@ def internet(tmp: Path) -> Iterator[dict[str, Any]]:
                    check=True, capture_output=True)
     plain = _Server((HTTP_ADDR, 0), _Hello)
     plain.root = root.resolve()  # type: ignore[attr-defined]
+    plain.fetched = []  # type: ignore[attr-defined]
     secure = _Server((TLS_ADDR, 0), _Hello)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
@@ -142,36 +188,40 @@ def internet(tmp: Path) -> Iterator[dict[str, Any]]:
         threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         yield {"http_port": plain.server_address[1], "tls_port": secure.server_address[1],
-               "cert": cert.read_text()}
+               "cert": cert.read_text(), "fetched": plain.fetched}  # type: ignore[attr-defined]
     finally:
         for srv in (plain, secure):
             srv.shutdown()
             srv.server_close()
 
 
-def _wheel_index(root: Path) -> None:
-    """A PEP 503 index serving one pure-python wheel, abxdemo 1.0."""
+def _wheel_index(root: Path, packages: tuple[str, ...]) -> None:
+    """A PEP 503 index serving, for each name, one pure-python wheel: version 1.0 of a
+    module of that name holding ``VALUE = 42``."""
     import base64
     import hashlib
     import zipfile
 
-    pkg = root / "simple" / "abxdemo"
-    pkg.mkdir(parents=True, exist_ok=True)
-    wheel = pkg / "abxdemo-1.0-py3-none-any.whl"
-    files = {"abxdemo/__init__.py": b"VALUE = 42\n",
-             "abxdemo-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: abxdemo\n"
-                                               b"Version: 1.0\n",
-             "abxdemo-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\n"
-                                            b"Root-Is-Purelib: true\nTag: py3-none-any\n"}
-    record = ""
-    with zipfile.ZipFile(wheel, "w") as zf:
-        for name, data in files.items():
-            zf.writestr(name, data)
-            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-            record += f"{name},sha256={digest.decode()},{len(data)}\n"
-        zf.writestr("abxdemo-1.0.dist-info/RECORD", record + "abxdemo-1.0.dist-info/RECORD,,\n")
-    (pkg / "index.html").write_text(f'<a href="{wheel.name}">{wheel.name}</a>\n')
-    (root / "simple" / "index.html").write_text('<a href="abxdemo/">abxdemo</a>\n')
+    for name in packages:
+        pkg = root / "simple" / name
+        pkg.mkdir(parents=True, exist_ok=True)
+        wheel = pkg / f"{name}-1.0-py3-none-any.whl"
+        info = f"{name}-1.0.dist-info"
+        files = {f"{name}/__init__.py": b"VALUE = 42\n",
+                 f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n"
+                                     .encode(),
+                 f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\n"
+                                  b"Root-Is-Purelib: true\nTag: py3-none-any\n"}
+        record = ""
+        with zipfile.ZipFile(wheel, "w") as zf:
+            for member, data in files.items():
+                zf.writestr(member, data)
+                digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+                record += f"{member},sha256={digest.decode()},{len(data)}\n"
+            zf.writestr(f"{info}/RECORD", record + f"{info}/RECORD,,\n")
+        (pkg / "index.html").write_text(f'<a href="{wheel.name}">{wheel.name}</a>\n')
+    (root / "simple" / "index.html").write_text(
+        "".join(f'<a href="{name}/">{name}</a>\n' for name in packages))
 
 
 def host_ipv4s() -> list[str]:

@@ -1,12 +1,15 @@
 """Real Node clients for the tests: a directory's ``package.json`` (exact versions: the one
 place they are pinned) installed from npm into a cache outside the checkout
 (``ABX_TEST_NODE_DIR``, default ``~/.cache/abx-test-node``, one folder per package name),
-its ``*.mjs`` scripts copied beside ``node_modules`` (ESM resolves packages beside the
-script). Skips the test, saying why, without node/npm or a reachable registry."""
+its ``*.mjs`` scripts copied into a folder of this checkout's own there, whose
+``node_modules`` links to the shared one (ESM resolves packages beside the script).
+Skips the test, saying why, without node/npm or a reachable registry."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -39,6 +42,13 @@ def node_packages(here: Path) -> Path:
             if done.returncode != 0:
                 manifest.unlink()  # not installed: try again next time
                 pytest.skip(f"npm install in {where} failed: {done.stderr[-500:]}")
+    # This checkout's scripts in a folder of its own: the packages are shared, but another
+    # checkout (a worktree's session running at the same time) has scripts of its own.
+    mine = where / f"scripts-{hashlib.sha256(str(here.resolve()).encode()).hexdigest()[:12]}"
+    mine.mkdir(exist_ok=True)
+    if not (mine / "node_modules").is_symlink():
+        with contextlib.suppress(FileExistsError):
+            (mine / "node_modules").symlink_to("../node_modules")
     for script in here.glob("*.mjs"):
-        shutil.copy(script, where / script.name)
-    return where
+        shutil.copy(script, mine / script.name)
+    return mine

@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from agent_sandbox.agent.config import AgentConfig, with_warm_pool
-from agent_sandbox.runtime.config import EngineConfig
-from agent_sandbox.server.keys import KeyStore
-from agent_sandbox.settings import (
+from agent_sandbox.config.engine import EngineConfig
+from agent_sandbox.config.reference import with_table
+from agent_sandbox.config.settings import (
     Settings,
     SettingsError,
     builtin_data_dir,
     child_env,
     env_name,
 )
-from agent_sandbox.settings_doc import with_table
+from agent_sandbox.surfaces.http.keys import KeyStore
+from agent_sandbox.surfaces.mcp.config import AgentConfig, with_warm_pool
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIABLES = [env_name(f) for f in Settings.model_fields]
@@ -123,7 +123,8 @@ def test_mcp_servers_keep_a_warm_pool_unless_told_otherwise(
 def test_the_docs_table_is_the_model() -> None:
     doc = (ROOT / "docs" / "configuration.md").read_text()
     assert with_table(doc) == doc, \
-        "docs/configuration.md is stale: python -m agent_sandbox.settings_doc docs/configuration.md"
+        ("docs/configuration.md is stale: "
+         "python -m agent_sandbox.config.reference docs/configuration.md")
 
 
 def test_every_variable_the_code_names_is_in_the_model() -> None:
@@ -135,3 +136,17 @@ def test_every_variable_the_code_names_is_in_the_model() -> None:
         named |= set(re.findall(r"\bABX_[A-Z][A-Z_]*[A-Z]\b", path.read_text()))
     host_set_for_guest = {"ABX_GUEST_RLIMIT_AS", "ABX_GUEST_TOKEN"}
     assert named - host_set_for_guest - set(VARIABLES) == set()
+
+
+def test_every_variable_the_docs_name_exists() -> None:
+    """A variable named in the docs is a setting, or one the scripts read (a misspelled
+    one, such as ABX_SANDBOX_URL for ABX_SANDBOX_BASE_URL, sends a reader nowhere)."""
+    scripts = set()
+    for path in (ROOT / "scripts").rglob("*.sh"):
+        scripts |= set(re.findall(r"\$\{?(ABX_[A-Z0-9_]*[A-Z0-9])", path.read_text()))
+    for path in (ROOT / "tests").rglob("*.py"):  # what the test run reads (ABX_TEST_*)
+        scripts |= set(re.findall(r"environ(?:\.get\(|\[)\"(ABX_TEST_[A-Z0-9_]*)\"",
+                                  path.read_text()))
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        named = set(re.findall(r"\bABX_[A-Z0-9_]*[A-Z0-9]\b", path.read_text()))
+        assert named - set(VARIABLES) - scripts == set(), path.name

@@ -52,7 +52,26 @@ def _not_dumpable() -> None:
     A non-dumpable process can be ptraced, or have its /proc/<pid>/mem and fds taken,
     only with CAP_SYS_PTRACE, which no sandbox process has. Programs the guest starts
     become dumpable again when they exec, so they can still be debugged.
+
+    Without ctypes where it can (importing it is ~3 ms of every cold create): the kernel
+    sets a process's dumpable flag to ``fs.suid_dumpable`` whenever its effective group
+    id changes (prctl(2), commit_creds), and both 0 and 2 deny what CAP_SYS_PTRACE alone
+    may do. So the effective gid is switched away and back; ids and capabilities end as
+    they were. Anything else (the policy 1, no CAP_SETGID, no other gid mapped) uses prctl.
     """
+    try:
+        with open("/proc/sys/fs/suid_dumpable", "rb") as fh:
+            policy = int(fh.read())
+        egid = os.getegid()
+        if policy in (0, 2):
+            os.setegid(65534 if egid != 65534 else 0)
+        else:
+            policy = -1
+    except (OSError, ValueError):
+        policy = -1
+    if policy != -1:
+        os.setegid(egid)  # the saved gid is still egid: this cannot be refused
+        return
     import ctypes
 
     pr_set_dumpable = 4
@@ -62,18 +81,45 @@ def _not_dumpable() -> None:
         pass  # no libc to call (exotic template): seccomp still guards pid 1
 
 
+def _read_only(path: str) -> bool:
+    """Is ``path`` on a read-only mount (a runc sandbox's ``/.abx/guest``)?"""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def new_agent(token: Optional[str], seal: bool = False) -> Any:
+    """The agent; its later operations imported now unless its code is read-only (then,
+    with ``seal``, pid 1's case, it imports nothing more)."""
+    agent = server.Agent(token)
+    if not _read_only(os.path.dirname(os.path.abspath(server.__file__))):
+        agent.preload()
+        if seal:
+            # Nothing more from disk: the directories on the path are the sandbox's to
+            # write (a Pod's guest code and python), so a module first needed later (or
+            # a name a module imports on the fly) must fail rather than run here.
+            sys.path[:] = []
+            sys.path_importer_cache.clear()
+    return agent
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     kind, where = _parse_args(sys.argv[1:] if argv is None else argv)
     token = os.environ.pop("ABX_GUEST_TOKEN", None) or None  # never leak it to children
     if kind == "tcp" and token is None:
         sys.stderr.write("abx-guest: --tcp requires the ABX_GUEST_TOKEN environment variable\n")
         raise SystemExit(2)
-    _not_dumpable()
+    # Untouchable from inside its sandbox: a non-dumpable process can be ptraced, or have
+    # its memory and fds taken, only with CAP_SYS_PTRACE, which no sandbox process has.
+    # Programs the guest starts become dumpable again when they exec.
+    server.set_dumpable(False)
     threading.stack_size(1 << 20)  # many connection threads; default 8 MiB is wasteful
     # Every exec hands off between threads (pump, reaper, connection); the default 5 ms
     # GIL switch interval shows up directly in the round trip.
     sys.setswitchinterval(0.0002)
-    agent = server.Agent(token)
+    agent = new_agent(token, seal=True)
+    agent.parkable = kind == "listen-fd"
     listen = {"listen-fd": server.listen_fd, "unix": server.listen_unix,
               "tcp": server.listen_tcp}[kind]
     srv = listen(where)
@@ -90,7 +136,6 @@ def main(argv: Optional[List[str]] = None) -> None:
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     threading.Thread(target=agent.table.reap_forever, name="reaper", daemon=True).start()
-    threading.Thread(target=__import__, args=("subprocess",), daemon=True).start()  # warm up
     addr = srv.getsockname()
     shown = f"{addr[0]}:{addr[1]}" if kind == "tcp" else where
     sys.stdout.write(f"abx-guest ready {kind} {shown} pid={os.getpid()}\n")

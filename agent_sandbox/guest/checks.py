@@ -16,10 +16,10 @@ if TYPE_CHECKING:  # typing costs ~5 ms of startup; annotations are strings anyw
 
 if __package__:
     from .errors import bad
-    from .limits import DEFAULT_ENV_DROP
+    from .limits import DEFAULT_ENV_DROP, MAX_TIMEOUT
 else:  # imported by agent.py from the guest's directory
     from errors import bad  # type: ignore[no-redef]
-    from limits import DEFAULT_ENV_DROP  # type: ignore[no-redef]
+    from limits import DEFAULT_ENV_DROP, MAX_TIMEOUT  # type: ignore[no-redef]
 
 
 def path(req: Req, key: str = "path") -> str:
@@ -43,11 +43,15 @@ def integer(req: Req, key: str, default: Optional[int], lo: int, hi: int) -> Opt
 
 
 def timeout(req: Req) -> Optional[float]:
+    """Seconds, finite and at most MAX_TIMEOUT (JSON brings NaN and Infinity too: a NaN
+    deadline never passes, and an endless one overflows a lock's or poll's wait)."""
     value = req.get("timeout")
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise bad(f"'timeout' must be a positive number or null, got {value!r}")
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not 0 < value <= MAX_TIMEOUT):  # False for NaN
+        raise bad(f"'timeout' must be a number of seconds in (0, {MAX_TIMEOUT:g}] or null, "
+                  f"got {value!r}")
     return float(value)
 
 

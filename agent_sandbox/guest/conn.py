@@ -18,26 +18,49 @@ else:  # imported by agent.py from the guest's directory
 
 
 class Conn:
-    """One client connection: socket, buffered reader, optional reader job."""
+    """One client connection: socket, buffered reader, optional reader job.
+
+    ``lost`` says the connection itself failed (a send or receive raised, or the client
+    closed it mid-request): an OSError a handler lets out is then the connection's, and
+    nothing can be told to the client; otherwise it is the handler's own (a file's, a
+    process's) and is answered as an error."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.rfile: BinaryIO = sock.makefile("rb")
         self.reader: Optional[Done] = None  # the job reading from the client, if any
+        self.lost = False
 
     def send(self, obj: Dict[str, Any], payload: bytes = b"") -> None:
-        proto.send_frame(self.sock, obj, payload)
+        try:
+            proto.send_frame(self.sock, obj, payload)
+        except OSError:
+            self.lost = True  # maybe part of a frame went out: no reply can follow it
+            raise
 
     def send_parts(self, obj: Dict[str, Any], parts: List[bytes]) -> None:
-        proto.send_frame_parts(self.sock, obj, parts)
+        try:
+            proto.send_frame_parts(self.sock, obj, parts)
+        except OSError:
+            self.lost = True
+            raise
 
     def done(self, **fields: Any) -> None:
         fields["done"] = True
         self.send(fields)
 
+    def read(self) -> Optional[proto.Frame]:
+        """The client's next frame; None when it closed the connection between frames."""
+        try:
+            return proto.read_frame(self.rfile)
+        except OSError:
+            self.lost = True
+            raise
+
     def recv(self, what: str) -> proto.Frame:
-        frame = proto.read_frame(self.rfile)
+        frame = self.read()
         if frame is None:
+            self.lost = True
             raise ConnectionResetError(f"client closed the connection while sending {what}")
         return frame
 

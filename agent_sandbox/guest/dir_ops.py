@@ -1,6 +1,7 @@
 """The guest's directory transfers (stdlib only): ``tar_out`` streams a directory as a tar
 archive (``files.download_dir``), ``tar_in`` extracts one into a directory
-(``files.upload_dir``), confined to it (see ``dir_unpack``)."""
+(``files.upload_dir``), confined to it (see ``dir_unpack``); what it makes belongs to
+``user`` (default root), a file it replaces keeps its owner."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ if TYPE_CHECKING:  # typing costs ~5 ms of startup; annotations are strings anyw
     Req = Dict[str, Any]
 
 if __package__:
-    from . import checks, dir_pack
+    from . import checks, dir_pack, file_ops, ops
     from . import protocol as proto
     from .conn import Conn
     from .errors import bad, os_error
@@ -21,6 +22,8 @@ if __package__:
 else:  # imported by agent.py from the guest's directory
     import checks  # type: ignore[no-redef]
     import dir_pack  # type: ignore[no-redef]
+    import file_ops  # type: ignore[no-redef]
+    import ops  # type: ignore[no-redef]
     import protocol as proto  # type: ignore[no-redef]
     from conn import Conn  # type: ignore[no-redef]
     from errors import bad, os_error  # type: ignore[no-redef]
@@ -63,10 +66,12 @@ def op_tar_out(conn: Conn, req: Req) -> None:
 
 def op_tar_in(conn: Conn, req: Req) -> None:
     path = checks.path(req)
+    account = file_ops.owner_of(req)  # what is made is theirs (None: root's)
+    owner = (account.uid, account.gid) if account is not None else None
     if os.path.lexists(path) and not os.path.isdir(path):
         raise bad(f"{path}: exists and is not a directory")
     try:
-        os.makedirs(path, exist_ok=True)
+        file_ops.make_dirs(path, 0o755, account)
     except OSError as exc:
         raise os_error(exc, path) from None
     fd = _open_dir(path)
@@ -84,7 +89,9 @@ def op_tar_in(conn: Conn, req: Req) -> None:
                     return payload
             return b""
 
-        unpacker = _unpack_module().Unpacker(fd, dir_pack.Notes(), outside_links=True)
+        # A replaced file keeps its owner, as files.write's does.
+        unpacker = _unpack_module().Unpacker(fd, dir_pack.Notes(), outside_links=True,
+                                             owner=owner, keep_owners=True)
         try:
             summary = unpacker.run(pull)
         except dir_pack.ArchiveError as exc:
@@ -97,6 +104,6 @@ def op_tar_in(conn: Conn, req: Req) -> None:
 
 
 HANDLERS: Dict[str, Callable[[Conn, Req], None]] = {
-    "tar_out": op_tar_out,
-    "tar_in": op_tar_in,
+    ops.TAR_OUT: op_tar_out,
+    ops.TAR_IN: op_tar_in,
 }

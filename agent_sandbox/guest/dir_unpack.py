@@ -13,7 +13,9 @@ planted symlinks in). Either way every write lands under the target directory:
 - symlinks are made as links (``outside_links=False`` skips those that point out of the
   tree); hard links, devices and fifos are skipped with a note;
 - permissions are the archive's ``& 0o777`` (no setuid, setgid or sticky bit; a directory
-  keeps ``u+rwx``), owners are never taken from it;
+  keeps ``u+rwx``), owners are never taken from it: what is made is the extracting
+  process's or ``owner``'s (see ``owners``); with ``keep_owners`` a replaced file keeps
+  its owner;
 - the stream is read with ``tarfile`` in ``r|`` mode, a chunk at a time: extended headers
   are capped (``MAX_HEADER`` bytes, ``MAX_CHAIN`` in a row), global headers and sparse
   members refused, the end marker required, and the caller's ``max_bytes`` (archive
@@ -29,11 +31,13 @@ import tarfile
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~5 ms of the guest's startup
-    from typing import Any, Callable, Dict, List, Optional
+    from typing import Any, Callable, Dict, List, Optional, Tuple
 
 if __package__:
+    from . import owners
     from .dir_pack import CHUNK, TRAILER_KEY, ArchiveError, Notes, shown
 else:  # imported by the guest from its own directory
+    import owners  # type: ignore[no-redef]
     from dir_pack import CHUNK, TRAILER_KEY, ArchiveError, Notes, shown  # type: ignore[no-redef]
 
 MAX_HEADER = 64 << 10  # bytes of one pax or GNU long-name header
@@ -148,11 +152,14 @@ class Unpacker:
     """Extracts one stream under ``root_fd`` (a directory descriptor, not closed here)."""
 
     def __init__(self, root_fd: int, notes: Notes, *, max_entries: Optional[int] = None,
-                 outside_links: bool = False) -> None:
+                 outside_links: bool = False, owner: Optional[Tuple[int, int]] = None,
+                 keep_owners: bool = False) -> None:
         self.root = root_fd
         self.notes = notes
         self.max_entries = max_entries
         self.outside_links = outside_links
+        self.owner = owner  # (uid, gid) of what is made; None: the extracting process's
+        self.keep_owners = keep_owners
         self.counts: Dict[str, int] = {"files": 0, "dirs": 0, "symlinks": 0, "bytes": 0}
         self._cached: Optional[List[str]] = None  # the last parent opened, and its fd
         self._cached_fd = -1
@@ -263,7 +270,7 @@ class Unpacker:
         is refused (``last``: the member itself is that directory)."""
         for attempt in (0, 1):
             try:
-                return os.open(name, _DIR_FLAGS, dir_fd=parent)
+                fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
             except FileNotFoundError:
                 if attempt:
                     raise
@@ -277,10 +284,14 @@ class Unpacker:
                 if link:
                     raise _Skip(f"goes through the symlink {shown(where)}") from None
                 raise _Skip(f"{shown(where)} is not a directory") from None
+            else:
+                return fd
             try:
                 os.mkdir(name, mode, dir_fd=parent)
             except FileExistsError:
-                pass  # made meanwhile: opened (and checked) again
+                continue  # made meanwhile: opened (and checked) again
+            if self.owner is not None:
+                owners.give_dir(name, self.owner, parent)
         raise AssertionError("unreachable")
 
     def _forget(self) -> None:
@@ -325,6 +336,11 @@ class Unpacker:
                     while view:
                         view = view[os.write(fd, view):]
                     left -= len(chunk)
+                # A replaced file keeps its owner (keep_owners), a new one is owner's.
+                owner = (owners.of_regular_file(parent, parts[-1]) if self.keep_owners
+                         else None) or self.owner
+                if owner is not None:
+                    os.fchown(fd, *owner)
                 os.fchmod(fd, member.mode & 0o777)
                 _set_mtime(fd, member.mtime)
             finally:
@@ -347,6 +363,8 @@ class Unpacker:
         tmp = f".abx-{os.urandom(6).hex()}.part"
         os.symlink(target, tmp, dir_fd=parent)
         try:
+            if self.owner is not None:
+                owners.give_link(parent, tmp, self.owner)
             os.replace(tmp, parts[-1], src_dir_fd=parent, dst_dir_fd=parent)
         except BaseException:
             _unlink(parent, tmp)

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional
+
 
 class GuestError(Exception):
     """An error reported to the client as ``{"done": true, "error": {...}}``."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, details: Optional[Dict[str, Any]] = None
+                 ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.details = details
 
 
 def bad(message: str) -> GuestError:

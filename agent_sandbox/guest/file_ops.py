@@ -3,49 +3,71 @@ mkdir, remove, rename (stdlib only)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~5 ms of startup; annotations are strings anyway
-    from typing import Any, Callable, Dict, List, Optional
+    from typing import Any, Callable, Dict, List, Optional, Tuple
 
     Req = Dict[str, Any]
 
 if __package__:
-    from . import checks, users
+    from . import checks, locks, ops, owners, users
     from . import protocol as proto
     from .conn import Conn
     from .errors import GuestError, bad, file_kind, os_error
-    from .limits import LIST_CAP, LIST_JSON_CAP, STREAM_TIMEOUT
+    from .limits import LIST_CAP, LIST_JSON_CAP, MAX_FILE_OFFSET, STREAM_TIMEOUT
 else:  # imported by agent.py from the guest's directory
     import checks  # type: ignore[no-redef]
+    import locks  # type: ignore[no-redef]
+    import ops  # type: ignore[no-redef]
+    import owners  # type: ignore[no-redef]
     import protocol as proto  # type: ignore[no-redef]
     import users  # type: ignore[no-redef]
     from conn import Conn  # type: ignore[no-redef]
     from errors import GuestError, bad, file_kind, os_error  # type: ignore[no-redef]
-    from limits import LIST_CAP, LIST_JSON_CAP, STREAM_TIMEOUT  # type: ignore[no-redef]
+    from limits import (  # type: ignore[no-redef]
+        LIST_CAP,
+        LIST_JSON_CAP,
+        MAX_FILE_OFFSET,
+        STREAM_TIMEOUT,
+    )
 
 
 def op_read(conn: Conn, req: Req) -> None:
     path = checks.path(req)
-    offset = int(checks.integer(req, "offset", 0, 0, 1 << 62) or 0)
-    limit = checks.integer(req, "limit", None, 0, 1 << 62)
+    offset = int(checks.integer(req, "offset", 0, 0, MAX_FILE_OFFSET) or 0)
+    limit = checks.integer(req, "limit", None, 0, MAX_FILE_OFFSET)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError as exc:
         raise os_error(exc, path) from None
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise bad(f"{path}: is a {file_kind(mode)}, not a regular file")
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise bad(f"{path}: is a {file_kind(st.st_mode)}, not a regular file")
         os.set_blocking(fd, True)
-        if offset:
-            os.lseek(fd, offset, os.SEEK_SET)
-        sent = _send_file(conn, fd, limit, path)
+        conn.send({"version": locks.version_of(st)})  # what a conditional write names
+        sent = _send_file(conn, fd, limit, path) if _seek(fd, offset, path) else 0
     finally:
         os.close(fd)
     conn.done(size=sent)
+
+
+def _seek(fd: int, offset: int, path: str) -> bool:
+    """Move to ``offset``; False when it is past the largest file this filesystem can hold
+    (lseek says EINVAL there): past the end, so nothing to read, as past any file's end."""
+    if not offset:
+        return True
+    try:
+        os.lseek(fd, offset, os.SEEK_SET)
+    except OSError as exc:
+        if exc.errno in (errno.EINVAL, errno.EOVERFLOW):
+            return False
+        raise os_error(exc, path) from None
+    return True
 
 
 def _send_file(conn: Conn, fd: int, limit: Optional[int], path: str) -> int:
@@ -63,13 +85,13 @@ def _send_file(conn: Conn, fd: int, limit: Optional[int], path: str) -> int:
     return sent
 
 
-def _owner(req: Req) -> Optional[users.Account]:
+def owner_of(req: Req) -> Optional[users.Account]:
     """Whom a new file or directory is for (``user``; None: root, as before)."""
     name = users.check_name(req.get("user"))
     return users.lookup(name) if name is not None else None
 
 
-def _make_dirs(path: str, mode: int, owner: Optional[users.Account]) -> None:
+def make_dirs(path: str, mode: int, owner: Optional[users.Account]) -> None:
     """``os.makedirs``, each directory it makes given to ``owner`` (what existed keeps
     its owner)."""
     missing = []
@@ -82,14 +104,26 @@ def _make_dirs(path: str, mode: int, owner: Optional[users.Account]) -> None:
         except FileExistsError:
             continue
         if owner is not None:
-            os.lchown(directory, owner.uid, owner.gid)
+            owners.give_dir(directory, (owner.uid, owner.gid))
 
 
 def op_write(conn: Conn, req: Req) -> None:
+    """Write a file: the path's turn taken first (``locks``: one write of ours at a time,
+    none past another holder's lock; at most ``lock_wait`` s waited), then ``if_match``
+    checked, then the data received."""
     path = checks.path(req)
     mode = int(checks.integer(req, "mode", 0o644, 0, 0o7777) or 0)
     append = bool(req.get("append"))
-    owner = _owner(req)
+    owner = owner_of(req)
+    wait, token = locks.Locks.wait_of(req), locks.Locks.token_of(req)
+    with locks.TABLE.write(path, wait, token):
+        locks.check_match(req, path)
+        size, version = _write(conn, req, path, mode, append, owner)
+    conn.done(size=size, version=version)
+
+
+def _write(conn: Conn, req: Req, path: str, mode: int, append: bool,
+           owner: Optional[users.Account]) -> Tuple[int, Optional[str]]:
     try:
         mode_now = os.stat(path).st_mode
     except OSError:
@@ -99,12 +133,12 @@ def op_write(conn: Conn, req: Req) -> None:
         raise bad(f"{path}: is a {file_kind(mode_now)}; files.write writes regular files")
     parent = os.path.dirname(path)
     try:
-        _make_dirs(parent, 0o755, owner)
+        make_dirs(parent, 0o755, owner)
     except OSError as exc:
         raise os_error(exc, parent) from None
-    size = (_write_append(conn, path, mode, owner) if append
-            else _write_atomic(conn, path, mode, owner))
-    conn.done(size=size)
+    if append:
+        return _write_append(conn, path, mode, owner), locks.current_version(path)
+    return _write_atomic(conn, req, path, mode, owner, new=mode_now is None)
 
 
 def _receive_into(conn: Conn, fd: int, path: str) -> int:
@@ -145,9 +179,12 @@ def _write_append(conn: Conn, path: str, mode: int, owner: Optional[users.Accoun
         os.close(fd)
 
 
-def _write_atomic(conn: Conn, path: str, mode: int, owner: Optional[users.Account]) -> int:
+def _write_atomic(conn: Conn, req: Req, path: str, mode: int,
+                  owner: Optional[users.Account], new: bool) -> Tuple[int, str]:
     directory, name = os.path.split(path)
-    tmp = os.path.join(directory, f".{name}.abx-{os.urandom(6).hex()}")
+    # '.abx_' when the file is new, '.abx-' when it replaces one: what a watcher reports
+    # of the final rename (surfaces/e2b/envd/watchers.py) differs, as envd's events do.
+    tmp = os.path.join(directory, f".{name}.abx{'_' if new else '-'}{os.urandom(6).hex()}")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except FileNotFoundError:
@@ -160,6 +197,14 @@ def _write_atomic(conn: Conn, path: str, mode: int, owner: Optional[users.Accoun
             size = _receive_into(conn, fd, path)
             os.fchmod(fd, mode)
             _keep_owner(fd, path, owner)
+            # Checked again as late as can be: a process in the sandbox may have written.
+            locks.check_match(req, path)
+            try:
+                old: Optional[os.stat_result] = os.lstat(path)
+            except OSError:
+                old = None
+            locks.bump_mtime(fd, old)
+            version = locks.version_of(os.fstat(fd))
         finally:
             os.close(fd)
         try:
@@ -172,7 +217,7 @@ def _write_atomic(conn: Conn, path: str, mode: int, owner: Optional[users.Accoun
         except OSError:
             pass
         raise
-    return size
+    return size, version
 
 
 def _keep_owner(fd: int, path: str, owner: Optional[users.Account]) -> None:
@@ -189,43 +234,53 @@ def _keep_owner(fd: int, path: str, owner: Optional[users.Account]) -> None:
 
 def op_list(conn: Conn, req: Req) -> None:
     root = checks.path(req)
+    users.ensure_default_home(root)
     depth = int(checks.integer(req, "depth", 1, 1, 1 << 16) or 1)
     if not os.path.isdir(root):  # follows a symlink for the root only
         if not os.path.lexists(root):
             raise GuestError("not_found", f"{root}: no such file or directory")
         raise bad(f"{root}: not a directory")
     entries: List[Dict[str, Any]] = []
-    stack = [(root, 1)]
+    names: Dict[Any, Any] = {}
+    # Depth-first, each directory's entries by name, a directory's contents right after
+    # it (as envd's filepath.WalkDir lists them).
+    stack = [(iter(_children(root, root)), 1)]
     truncated = False
     size = 0
-    while stack and not truncated:
-        directory, level = stack.pop()
+    while stack:
+        children, level = stack[-1]
+        child = next(children, None)
+        if child is None:
+            stack.pop()
+            continue
+        if len(entries) >= LIST_CAP or size >= LIST_JSON_CAP:
+            truncated = True
+            break
         try:
-            with os.scandir(directory) as it:
-                children = sorted(it, key=lambda e: e.name)
-        except OSError as exc:
-            if directory == root:
-                raise os_error(exc, root) from None
-            continue  # unreadable subdirectory: skip it
-        subdirs = []
-        for child in children:
-            if len(entries) >= LIST_CAP or size >= LIST_JSON_CAP:
-                truncated = True
-                break
-            try:
-                entry = _entry(child.path, child.stat(follow_symlinks=False))
-            except OSError:
-                continue  # vanished while listing
-            entries.append(entry)
-            size += len(proto.encode_json(entry)) + 1
-            if level < depth and child.is_dir(follow_symlinks=False):
-                subdirs.append((child.path, level + 1))
-        stack.extend(reversed(subdirs))
+            entry = _entry(child.path, child.stat(follow_symlinks=False), names)
+        except OSError:
+            continue  # vanished while listing
+        entries.append(entry)
+        size += len(proto.encode_json(entry)) + 1
+        if level < depth and child.is_dir(follow_symlinks=False):
+            stack.append((iter(_children(child.path, root)), level + 1))
     conn.done(entries=entries, truncated=truncated)
+
+
+def _children(directory: str, root: str) -> List[Any]:
+    """A directory's entries by name; an unreadable one is skipped (the root: an error)."""
+    try:
+        with os.scandir(directory) as it:
+            return sorted(it, key=lambda e: e.name)
+    except OSError as exc:
+        if directory == root:
+            raise os_error(exc, root) from None
+        return []
 
 
 def op_stat(conn: Conn, req: Req) -> None:
     path = checks.path(req)
+    users.ensure_default_home(path)
     try:
         conn.done(entry=_entry(path, os.lstat(path)))
     except OSError as exc:
@@ -233,22 +288,24 @@ def op_stat(conn: Conn, req: Req) -> None:
 
 
 def op_exists(conn: Conn, req: Req) -> None:
-    conn.done(exists=os.path.lexists(checks.path(req)))
+    path = checks.path(req)
+    users.ensure_default_home(path)
+    conn.done(exists=os.path.lexists(path))
 
 
 def op_mkdir(conn: Conn, req: Req) -> None:
     path = checks.path(req)
     mode = int(checks.integer(req, "mode", 0o755, 0, 0o7777) or 0)
     try:
-        owner = _owner(req)
+        owner = owner_of(req)
         if req.get("parents", True):
             if os.path.lexists(path) and not os.path.isdir(path):
                 raise bad(f"{path}: exists and is not a directory")
-            _make_dirs(path, mode, owner)
+            make_dirs(path, mode, owner)
         else:
             os.mkdir(path, mode)
             if owner is not None:
-                os.lchown(path, owner.uid, owner.gid)
+                owners.give_dir(path, (owner.uid, owner.gid))
     except OSError as exc:
         raise os_error(exc, path) from None
     conn.done()
@@ -259,6 +316,7 @@ def op_remove(conn: Conn, req: Req) -> None:
     if os.path.normpath(path).strip("/") == "" or os.path.realpath(path) == "/":
         raise bad("refusing to remove '/'")
     recursive = bool(req.get("recursive", True))
+    locks.TABLE.check(path, locks.Locks.token_of(req))
     try:
         if os.path.isdir(path) and not os.path.islink(path):
             if recursive:
@@ -276,6 +334,8 @@ def op_remove(conn: Conn, req: Req) -> None:
 
 def op_rename(conn: Conn, req: Req) -> None:
     src, dst = checks.path(req, "src"), checks.path(req, "dst")
+    for one in (src, dst):
+        locks.TABLE.check(one, locks.Locks.token_of(req))
     try:
         os.rename(src, dst)
     except OSError as exc:
@@ -283,7 +343,20 @@ def op_rename(conn: Conn, req: Req) -> None:
     conn.done()
 
 
-def _entry(path: str, st: os.stat_result) -> Dict[str, Any]:
+def _name_of(kind: str, ident: int, names: Dict[Any, Any]) -> str:
+    """The user or group name of an id in this sandbox's own /etc/passwd or /etc/group
+    (the id itself when it has none), read once per operation."""
+    if kind not in names:
+        try:
+            names[kind] = users.names_by_id(kind)
+        except GuestError:  # unreadable or oversized: ids are shown instead
+            names[kind] = {}
+    return names[kind].get(ident) or str(ident)
+
+
+def _entry(path: str, st: os.stat_result, names: Optional[Dict[Any, Any]] = None
+           ) -> Dict[str, Any]:
+    names = {} if names is None else names
     if stat.S_ISLNK(st.st_mode):
         kind = "symlink"
     elif stat.S_ISDIR(st.st_mode):
@@ -299,7 +372,11 @@ def _entry(path: str, st: os.stat_result) -> Dict[str, Any]:
         "size": st.st_size,
         "mode": stat.S_IMODE(st.st_mode),
         "mtime": st.st_mtime,
+        "owner": _name_of("user", st.st_uid, names),
+        "group": _name_of("group", st.st_gid, names),
     }
+    if kind == "file":
+        entry["version"] = locks.version_of(st)
     if kind == "symlink":
         try:
             entry["target"] = os.readlink(path)
@@ -309,12 +386,12 @@ def _entry(path: str, st: os.stat_result) -> Dict[str, Any]:
 
 
 HANDLERS: Dict[str, Callable[[Conn, Req], None]] = {
-    "read": op_read,
-    "write": op_write,
-    "list": op_list,
-    "stat": op_stat,
-    "exists": op_exists,
-    "mkdir": op_mkdir,
-    "remove": op_remove,
-    "rename": op_rename,
+    ops.READ: op_read,
+    ops.WRITE: op_write,
+    ops.LIST: op_list,
+    ops.STAT: op_stat,
+    ops.EXISTS: op_exists,
+    ops.MKDIR: op_mkdir,
+    ops.REMOVE: op_remove,
+    ops.RENAME: op_rename,
 }

@@ -48,7 +48,10 @@ def read_requests(requests: "queue.Queue[Dict[str, Any]]") -> None:
             req = json.loads(line)
         except ValueError:
             continue
-        if isinstance(req, dict):
+        cell = req.get("id") if isinstance(req, dict) else None
+        # A malformed request is dropped, not a crash of the bridge in main's loop.
+        if (isinstance(cell, int) and not isinstance(cell, bool) and 0 <= cell < 1 << 63
+                and isinstance(req.get("code"), str)):
             requests.put(req)
     os._exit(0)
 
@@ -187,7 +190,7 @@ def main() -> None:
     while True:
         req = requests.get()
         if req.get("op") == "execute":
-            run_cell(kernel, int(req.get("id", 0)), str(req.get("code", "")))
+            run_cell(kernel, req["id"], req["code"])
 
 
 if __name__ == "__main__":

@@ -7,8 +7,14 @@ MAX_OUTPUT_CAP = 64 << 20
 # SUB_STALL without the client taking any; past SUB_BACKLOG the oldest is dropped.
 SUB_BACKLOG = 1 << 20
 SUB_STALL = 2.0
+MAX_FILE_OFFSET = 1 << 62  # a read's offset and limit (a file is at most 2**63 - 1 bytes)
 LIST_CAP = 10000
 LIST_JSON_CAP = 6 << 20  # stay under what the host reads in one frame (8 MiB)
+# A request's timeout: far above any the host gives (a day for commands, a week for
+# watches), far below what a lock's wait takes (threading.TIMEOUT_MAX, ~292 years).
+MAX_TIMEOUT = 1e9
+# One wait of poll() (a C int of milliseconds): longer deadlines wait in several.
+MAX_POLL_WAIT = 3600.0
 REQUEST_TIMEOUT = 60.0  # waiting for hello/request frames
 STREAM_TIMEOUT = 300.0  # between upload/stdin frames
 EXIT_DRAIN = 0.2  # after exit, keep streaming already-readable output at most this long
@@ -29,3 +35,14 @@ PTY_VIEWERS_CAP = 16  # clients attached to one terminal at once
 PTY_RING = 256 << 10  # recent output of a terminal replayed to a client that (re)attaches
 PTY_BACKLOG = 1 << 20  # undelivered output per attached client before its oldest is dropped
 PTY_STALL = 2.0  # a terminal's output waits this long for a slow client before dropping
+# File locks (locks.py): a write waits at most LOCK_WAIT_DEFAULT for the path (a caller
+# may give up to LOCK_WAIT_MAX); explicit locks live up to LOCK_TTL_MAX, at most
+# LOCKS_PER_HOLDER for one holder (a session) and LOCKS_MAX in one sandbox; at most
+# LOCK_WAITERS_MAX calls wait for a path at once (the rest are told "locked" at once).
+LOCK_WAIT_DEFAULT = 3.0
+LOCK_WAIT_MAX = 30.0
+LOCK_TTL_MAX = 3600.0
+LOCKS_PER_HOLDER = 64
+LOCKS_MAX = 1024
+LOCK_WAITERS_MAX = 256
+RETRY_AFTER_MAX = 5  # seconds a "locked" answer asks a client to wait before retrying

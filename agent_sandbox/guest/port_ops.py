@@ -19,9 +19,11 @@ if TYPE_CHECKING:  # typing costs ~5 ms of startup; annotations are strings anyw
     Req = Dict[str, Any]
 
 if __package__:
+    from . import ops
     from .conn import Conn
     from .errors import GuestError, bad
 else:  # imported by agent.py from the guest's directory
+    import ops  # type: ignore[no-redef]
     from conn import Conn  # type: ignore[no-redef]
     from errors import GuestError, bad  # type: ignore[no-redef]
 
@@ -88,4 +90,4 @@ def _relay(host: socket.socket, tcp: socket.socket) -> None:
                     return
 
 
-HANDLERS: Dict[str, Callable[[Conn, Req], None]] = {"port_connect": op_port_connect}
+HANDLERS: Dict[str, Callable[[Conn, Req], None]] = {ops.PORT_CONNECT: op_port_connect}

@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # typing costs ~5 ms of startup; annotations are strings anyw
     Req = Dict[str, Any]
 
 if __package__:
-    from . import checks, users, workers
+    from . import checks, ops, users, workers
     from . import protocol as proto
     from .conn import Conn
     from .errors import GuestError
@@ -23,6 +23,7 @@ if __package__:
     from .proc_table import ProcTable
 else:  # imported by agent.py from the guest's directory
     import checks  # type: ignore[no-redef]
+    import ops  # type: ignore[no-redef]
     import protocol as proto  # type: ignore[no-redef]
     import users  # type: ignore[no-redef]
     import workers  # type: ignore[no-redef]
@@ -41,14 +42,14 @@ class ProcessOps:
 
     def handlers(self) -> Dict[str, Callable[[Conn, Req], None]]:
         return {
-            "exec": self.op_exec,
-            "output": self.op_output,
-            "wait": self.op_wait,
-            "kill": self.op_kill,
-            "stdin": self.op_stdin,
-            "ps": self.op_ps,
-            "freeze": self.op_freeze,
-            "thaw": self.op_thaw,
+            ops.EXEC: self.op_exec,
+            ops.OUTPUT: self.op_output,
+            ops.WAIT: self.op_wait,
+            ops.KILL: self.op_kill,
+            ops.STDIN: self.op_stdin,
+            ops.PS: self.op_ps,
+            ops.FREEZE: self.op_freeze,
+            ops.THAW: self.op_thaw,
         }
 
     def op_freeze(self, conn: Conn, req: Req) -> None:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # typing costs ~5 ms of startup; annotations are strings anyw
     Req = Dict[str, Any]
 
 if __package__:
-    from . import checks, users, workers
+    from . import checks, ops, users, workers
     from . import protocol as proto
     from .conn import Conn
     from .errors import GuestError, bad
@@ -31,6 +31,7 @@ if __package__:
     from .pty_proc import PtyProc, Viewer
 else:  # imported by agent.py from the guest's directory
     import checks  # type: ignore[no-redef]
+    import ops  # type: ignore[no-redef]
     import protocol as proto  # type: ignore[no-redef]
     import users  # type: ignore[no-redef]
     import workers  # type: ignore[no-redef]
@@ -67,8 +68,8 @@ class PtyOps:
         self.ended: Deque[PtyProc] = deque()
 
     def handlers(self) -> Dict[str, Callable[[Conn, Req], None]]:
-        return {"pty_create": self.op_create, "pty_attach": self.op_attach,
-                "pty_kill": self.op_kill, "pty_list": self.op_list}
+        return {ops.PTY_CREATE: self.op_create, ops.PTY_ATTACH: self.op_attach,
+                ops.PTY_KILL: self.op_kill, ops.PTY_LIST: self.op_list}
 
     def get(self, pid: int) -> PtyProc:
         with self.lock:

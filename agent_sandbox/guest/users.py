@@ -76,6 +76,17 @@ def _read(path: str) -> List[List[str]]:
             if line and not line.startswith("#")]
 
 
+def names_by_id(kind: str) -> Dict[int, str]:
+    """Ids to names from this sandbox's own /etc/passwd (``user``) or /etc/group, read as
+    a file (no NSS module is loaded); the first name of an id wins."""
+    found: Dict[int, str] = {}
+    for row in _read(PASSWD if kind == "user" else GROUP):
+        ident = _number(row[2]) if len(row) > 2 else None
+        if ident is not None and row[0]:
+            found.setdefault(ident, row[0][:64])
+    return found
+
+
 def _number(text: str) -> Optional[int]:
     return int(text) if text.isdigit() and len(text) < 11 else None
 
@@ -130,6 +141,17 @@ def lookup(name: str) -> Account:
                              "without /etc/subuid and /etc/subgid ranges for the engine's "
                              "user; `abx doctor` shows them); run as root instead")
     return account
+
+
+def ensure_default_home(path: str) -> None:
+    """The default user (and so its home) made before ``path`` is looked at when it is in
+    that home: /home/user always exists in E2B's sandboxes, here it is made on first use."""
+    home = f"{HOMES}/{DEFAULT_USER}"
+    if path == home or path.startswith(home + "/"):
+        try:
+            _ensure_default()
+        except GuestError:  # no account can be made: the path is as it is
+            pass
 
 
 def _ensure_default() -> None:

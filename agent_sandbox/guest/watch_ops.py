@@ -24,11 +24,12 @@ if TYPE_CHECKING:  # typing costs ~5 ms of startup; annotations are strings anyw
     Req = Dict[str, Any]
 
 if __package__:
-    from . import checks, workers
+    from . import checks, ops, users, workers
     from . import protocol as proto
     from .conn import Conn
     from .errors import GuestError, bad, os_error
     from .limits import (
+        MAX_POLL_WAIT,
         WATCH_ACTIVE_MAX,
         WATCH_BATCH,
         WATCH_DIRS_MAX,
@@ -38,11 +39,14 @@ if __package__:
     )
 else:  # imported by agent.py from the guest's directory
     import checks  # type: ignore[no-redef]
+    import ops  # type: ignore[no-redef]
     import protocol as proto  # type: ignore[no-redef]
+    import users  # type: ignore[no-redef]
     import workers  # type: ignore[no-redef]
     from conn import Conn  # type: ignore[no-redef]
     from errors import GuestError, bad, os_error  # type: ignore[no-redef]
     from limits import (  # type: ignore[no-redef]
+        MAX_POLL_WAIT,
         WATCH_ACTIVE_MAX,
         WATCH_BATCH,
         WATCH_DIRS_MAX,
@@ -87,6 +91,7 @@ def op_watch(conn: Conn, req: Req) -> None:
     if backend not in ("auto", "inotify", "poll"):
         raise bad(f"'backend' must be 'auto', 'inotify' or 'poll', got {backend!r}")
     timeout = checks.timeout(req)
+    users.ensure_default_home(root)
     if not os.path.isdir(root):  # follows a symlink for the root only, as list does
         if not os.path.lexists(root):
             raise GuestError("not_found", f"{root}: no such file or directory")
@@ -140,7 +145,7 @@ def _pump(conn: Conn, watcher: Any, stop_r: int, timeout: Optional[float]
             if left <= 0:
                 return "timeout"
             wait = left if wait is None else min(wait, left)
-        ready = poller.poll(None if wait is None else int(wait * 1000) + 1)
+        ready = poller.poll(None if wait is None else int(min(wait, MAX_POLL_WAIT) * 1000) + 1)
         if any(r == stop_r for r, _ in ready):
             return None
         if fd is None or ready:
@@ -168,4 +173,4 @@ def _until_closed(conn: Conn, stop_w: int) -> None:
     os.close(stop_w)
 
 
-HANDLERS: Dict[str, Callable[[Conn, Req], None]] = {"watch": op_watch}
+HANDLERS: Dict[str, Callable[[Conn, Req], None]] = {ops.WATCH: op_watch}

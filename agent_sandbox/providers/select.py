@@ -3,7 +3,7 @@
 - ``remote``: a gateway at ``ABX_SANDBOX_BASE_URL`` (with ``ABX_SANDBOX_API_KEY``);
 - ``daemon``: the shared abx daemon on its unix socket (``ABX_DAEMON_SOCKET``);
 - ``embedded`` (root) / ``rootless`` (an ordinary user): the engine in this process;
-- ``kubernetes``: Pods of a cluster (``providers/kubernetes``), only when forced.
+- ``kubernetes``: Pods of a cluster (``backends/kubernetes``), only when forced.
 
 The settings are the caller's, else those an entry point installed with ``use_settings``,
 else the environment read again on every call (cheap), so a process may switch. The
@@ -18,10 +18,10 @@ from __future__ import annotations
 import os
 import threading
 
-from agent_sandbox.errors import RuntimeUnavailableError
-from agent_sandbox.providers.base import Provider
-from agent_sandbox.providers.engine_choice import EngineChoice, choose_engine
-from agent_sandbox.settings import Settings, SettingsError, from_environment
+from agent_sandbox.config.settings import Settings, SettingsError, from_environment
+from agent_sandbox.core.errors import RuntimeUnavailableError
+from agent_sandbox.core.provider import Provider
+from agent_sandbox.providers.choice import EngineChoice, choose_engine
 
 _remotes: dict[tuple[str, str, float], Provider] = {}
 _choices: dict[tuple[object, ...], EngineChoice] = {}
@@ -67,7 +67,7 @@ def _remote(base_url: str, key: str, retry_seconds: float) -> Provider:
     with _guard:
         provider = _remotes.get((base_url, key, retry_seconds))
         if provider is None:
-            from agent_sandbox.providers.remote import RemoteProvider
+            from agent_sandbox.remote import RemoteProvider
 
             provider = _remotes[(base_url, key, retry_seconds)] = RemoteProvider(
                 base_url, key or None, retry_seconds=retry_seconds)
@@ -92,6 +92,10 @@ def default_provider(settings: Settings | None = None) -> Provider:
         from agent_sandbox.providers.kubernetes import kubernetes_provider
 
         return kubernetes_provider(settings)
+    if choice.kind == "memory":
+        from agent_sandbox.providers.memory import memory_provider
+
+        return memory_provider(settings)
     from agent_sandbox.providers.local import local_provider
 
     return local_provider(settings)

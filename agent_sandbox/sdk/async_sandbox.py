@@ -10,18 +10,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from agent_sandbox.models import FilesystemEvent, SandboxInfo
-from agent_sandbox.providers.base import Provider
+from agent_sandbox.core.models import FilesystemEvent, SandboxInfo
+from agent_sandbox.core.provider import Provider
 from agent_sandbox.sdk.commands import CommandHandle, Commands
 from agent_sandbox.sdk.files import Files
 from agent_sandbox.sdk.pty import Pty, PtyHandle
 from agent_sandbox.sdk.sandbox import Sandbox
+from agent_sandbox.sdk.secret import Secret
 from agent_sandbox.sdk.twin import AsyncTwin, async_twin_of
 from agent_sandbox.sdk.volume import Volume
 from agent_sandbox.sdk.watch import WatchHandle
 
 __all__ = ["AsyncCommandHandle", "AsyncCommands", "AsyncFiles", "AsyncPty", "AsyncPtyHandle",
-           "AsyncSandbox", "AsyncVolume", "AsyncWatchHandle"]
+           "AsyncSandbox", "AsyncSecret", "AsyncVolume", "AsyncWatchHandle"]
 _POLL = 0.5  # seconds an async iteration's thread waits before looking again
 
 
@@ -45,6 +46,11 @@ class AsyncWatchHandle(AsyncTwin):
 @async_twin_of(Volume)
 class AsyncVolume(AsyncTwin):
     """Kept /workspace volumes for asyncio: ``await AsyncVolume.list()``."""
+
+
+@async_twin_of(Secret)
+class AsyncSecret(AsyncTwin):
+    """Secrets for asyncio: ``await AsyncSecret.create(...)``, ``await AsyncSecret.list()``."""
 
 
 @async_twin_of(CommandHandle)

@@ -6,9 +6,9 @@ import threading
 from collections.abc import Callable
 from typing import Literal, overload
 
-from agent_sandbox.errors import InvalidArgumentError
-from agent_sandbox.models import CommandResult, ProcessInfo, ProcessOutput
-from agent_sandbox.providers.base import OutputCallback, Provider, StdinData
+from agent_sandbox.core.errors import InvalidArgumentError
+from agent_sandbox.core.models import CommandResult, ProcessInfo, ProcessOutput
+from agent_sandbox.core.provider import OutputCallback, Provider, StdinData
 
 
 def _as(user: str | None) -> dict[str, str]:

@@ -14,15 +14,15 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from agent_sandbox.errors import (
+from agent_sandbox.core.errors import (
     InvalidArgumentError,
     NotFoundError,
     ResourceExhaustedError,
     SandboxError,
 )
+from agent_sandbox.core.models import DirTransfer
+from agent_sandbox.core.provider import Provider
 from agent_sandbox.guest.dir_pack import ArchiveError, Notes, pack
-from agent_sandbox.models import DirTransfer
-from agent_sandbox.providers.base import Provider
 
 DEFAULT_MAX_BYTES = 64 << 30  # archive bytes download_dir takes before it stops
 DEFAULT_MAX_ENTRIES = 1_000_000  # files, directories and links
@@ -57,13 +57,13 @@ def _whole(value: Any, name: str) -> int | None:
 
 
 def upload_dir(provider: Provider, sandbox_id: str, local_dir: LocalPath,
-               remote_dir: str) -> DirTransfer:
+               remote_dir: str, user: str | None = None) -> DirTransfer:
     local = os.fspath(local_dir)
     root = _open_dir(local)
     notes = Notes()
     chunks = pack(root, notes)
     try:
-        return provider.write_dir_archive(sandbox_id, remote_dir, chunks)
+        return provider.write_dir_archive(sandbox_id, remote_dir, chunks, user=user)
     except OSError as exc:  # reading the local tree (an I/O error; unreadable entries are notes)
         raise _local_error(exc, local) from None
     finally:

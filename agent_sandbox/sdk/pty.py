@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from agent_sandbox.providers.base import Provider
-from agent_sandbox.pty_session import PtySession
+from agent_sandbox.core.provider import Provider
+from agent_sandbox.core.pty import PtySession
 
 DataCallback = Callable[[bytes], None]
 

@@ -5,19 +5,21 @@ from __future__ import annotations
 import inspect
 import warnings
 from collections.abc import Callable
-from dataclasses import MISSING, fields
 from typing import Any, TypeVar
 
-from agent_sandbox.errors import RuntimeUnavailableError
-from agent_sandbox.models import (
+from agent_sandbox.core.errors import RuntimeUnavailableError
+from agent_sandbox.core.metrics import SandboxMetrics
+from agent_sandbox.core.models import (
     CodeContext,
     CommandResult,
-    CreateOptions,
     Execution,
     Result,
     SandboxInfo,
+    SnapshotInfo,
 )
-from agent_sandbox.netpolicy import NetworkSpec
+from agent_sandbox.core.network import NetworkSpec
+from agent_sandbox.core.shares import PortShare
+from agent_sandbox.core.spec import CreateSpec, sdk_defaults
 from agent_sandbox.providers import Provider, default_provider
 from agent_sandbox.sdk.commands import Commands
 from agent_sandbox.sdk.files import Files
@@ -27,14 +29,13 @@ from agent_sandbox.sdk.twin import asks_provider
 F = TypeVar("F")
 _PLAIN = inspect.Parameter.POSITIONAL_OR_KEYWORD
 
-# ``create(cls, <the CreateOptions fields>, provider=None)``: built from CreateOptions,
-# so the options are listed once.
+# ``create(cls, <the options of core.spec.CreateSpec>, provider=None)``: the options are
+# defined once, there.
 CREATE_SIGNATURE = inspect.Signature(
     [inspect.Parameter("cls", _PLAIN)]
-    + [inspect.Parameter(f.name, _PLAIN, annotation=f.type,
-                         default=inspect.Parameter.empty if f.default is MISSING
-                         else f.default)
-       for f in fields(CreateOptions)]
+    + [inspect.Parameter(name, _PLAIN, default=default,
+                         annotation=CreateSpec.model_fields[name].annotation)
+       for name, default in sdk_defaults().items()]
     + [inspect.Parameter("provider", _PLAIN, default=None, annotation="Provider | None")],
     return_annotation="Sandbox")
 
@@ -48,14 +49,15 @@ def _signature(signature: inspect.Signature) -> Callable[[F], F]:
 
 
 def create_arguments(cls: type, *args: Any,
-                     **kwargs: Any) -> tuple[CreateOptions, Provider | None]:
-    """``create()``'s arguments as options and a provider (a bad argument raises the
-    TypeError a plain signature would, naming it)."""
+                     **kwargs: Any) -> tuple[dict[str, Any], Provider | None]:
+    """``create()``'s arguments as the options given (by name) and a provider (a bad
+    argument raises the TypeError a plain signature would, naming it); the provider
+    checks the values."""
     bound = CREATE_SIGNATURE.bind(cls, *args, **kwargs)
     given = dict(bound.arguments)
     given.pop("cls")
     provider = given.pop("provider", None)
-    return CreateOptions(**given), provider
+    return given, provider
 
 
 def code_provider(provider: Provider) -> Provider:
@@ -83,8 +85,9 @@ class Sandbox:
     @classmethod
     @_signature(CREATE_SIGNATURE)
     def create(cls, *args: Any, **kwargs: Any) -> Sandbox:
-        """Create and start a sandbox, with the options of ``CreateOptions`` (its fields
-        are this method's parameters), on ``provider`` (default: ``default_provider()``).
+        """Create and start a sandbox, with the options of ``core.spec.CreateSpec`` (its
+        fields are this method's parameters, their descriptions the docs), on
+        ``provider`` (default: ``default_provider()``).
 
         ``timeout`` is the idle time in seconds after which it is auto-paused; every use
         extends it. ``network=False`` (default) leaves only loopback. ``volume`` attaches a
@@ -92,7 +95,7 @@ class Sandbox:
         """
         options, provider = create_arguments(cls, *args, **kwargs)
         provider = provider or default_provider()
-        return cls(provider.create(**options.as_kwargs()), provider)
+        return cls(provider.create(**options), provider)
 
     @classmethod
     def connect(cls, sandbox_id: str, provider: Provider | None = None) -> Sandbox:
@@ -133,6 +136,25 @@ class Sandbox:
     def resume(self) -> None:
         self._info = self._provider.resume(self.sandbox_id)
 
+    def snapshot(self, name: str | None = None) -> SnapshotInfo:
+        """Its processes, memory and files now, kept on the host: ``Sandbox.create(
+        snapshot=info.snapshot_id)`` starts any number of copies of it. It runs on (it is
+        stopped only for the checkpoint); connections to the outside are reset in copies."""
+        return self._provider.snapshot(self.sandbox_id, name)
+
+    @classmethod
+    def list_snapshots(cls, provider: Provider | None = None) -> list[SnapshotInfo]:
+        return (provider or default_provider()).list_snapshots()
+
+    @classmethod
+    def snapshot_info(cls, snapshot_id: str,
+                      provider: Provider | None = None) -> SnapshotInfo:
+        return (provider or default_provider()).snapshot_info(snapshot_id)
+
+    @classmethod
+    def delete_snapshot(cls, snapshot_id: str, provider: Provider | None = None) -> None:
+        (provider or default_provider()).delete_snapshot(snapshot_id)
+
     def reset_rootfs(self) -> None:
         """Wipe every change outside /workspace (installed packages, /etc edits...)."""
         self._info = self._provider.reset_rootfs(self.sandbox_id)
@@ -140,11 +162,40 @@ class Sandbox:
     def set_timeout(self, timeout: float) -> None:
         self._provider.set_timeout(self.sandbox_id, timeout)
 
-    def expose_port(self, port: int) -> str:
+    def get_metrics(self, start: float | None = None,
+                    end: float | None = None) -> list[SandboxMetrics]:
+        """Its CPU, memory and disk use over time (E2B's ``get_metrics``): a sample is read
+        now when it runs, and those kept between ``start`` and ``end`` (Unix seconds) are
+        returned, oldest first."""
+        return self._provider.metrics(self.sandbox_id, start, end)
+
+    def expose_port(self, port: int, public: bool | None = None,
+                    expires_in: float | None = None) -> str:
         """A URL reaching ``port`` inside the sandbox — any TCP (HTTP, WebSockets, ...),
         even with the network off: ``http://127.0.0.1:N`` locally (while this process
-        lives), the gateway's routed URL (behind its API key) remotely."""
-        return self._provider.expose_port(self.sandbox_id, port)
+        lives), the gateway's routed URL (behind its API key) remotely.
+
+        ``public=False``: a share link a browser can open (a gateway's): a revocable
+        token that expires (``expires_in`` seconds, a day by default), an HttpOnly cookie
+        after the first visit. ``public=True``: no token, where the operator allows it."""
+        if public is None:
+            return self._provider.expose_port(self.sandbox_id, port)
+        return self.share_port(port, public=public, expires_in=expires_in).url
+
+    def share_port(self, port: int, public: bool = False,
+                   expires_in: float | None = None) -> PortShare:
+        """A share link to ``port`` (``expose_port(port, public=...)``, with its id for
+        ``revoke_share``)."""
+        return self._provider.share_port(self.sandbox_id, port, public=public,
+                                         expires_in=expires_in)
+
+    def port_shares(self) -> list[PortShare]:
+        """This sandbox's live share links (their tokens are not shown again)."""
+        return self._provider.list_port_shares(self.sandbox_id)
+
+    def revoke_share(self, share_id: str) -> None:
+        """The share link stops working at once."""
+        self._provider.revoke_port_share(self.sandbox_id, share_id)
 
     def get_host(self, port: int) -> str:
         """``expose_port(port)`` without its scheme (E2B's ``get_host``): prefix it with

@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, TypeVar
 
-from agent_sandbox.cancel import CallCancel
+from agent_sandbox.core.cancel import CallCancel
 
 CALLBACKS = frozenset({"on_stdout", "on_stderr", "on_result", "on_data", "on_event"})
 # Sync class -> its async twin, to convert what sync methods return.
@@ -132,8 +132,24 @@ def to_async(value: Any) -> Any:
     if twin is not None:
         return twin._wrap(value)
     if isinstance(value, Iterator):
-        return _async_chunks(value)
+        chunks = _async_chunks(value)
+        version = getattr(value, "version", None)
+        return chunks if version is None else AsyncFileChunks(chunks, version)
     return value
+
+
+class AsyncFileChunks(AsyncIterator[Any]):
+    """A file's chunks for asyncio, with the ``version`` it was read at."""
+
+    def __init__(self, chunks: AsyncIterator[Any], version: str) -> None:
+        self._chunks = chunks
+        self.version = version
+
+    def __anext__(self) -> Any:
+        return self._chunks.__anext__()
+
+    async def aclose(self) -> None:
+        await self._chunks.aclose()  # type: ignore[attr-defined]
 
 
 async def _async_chunks(chunks: Iterator[Any]) -> AsyncIterator[Any]:

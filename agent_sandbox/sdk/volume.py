@@ -8,8 +8,8 @@ gateway a key sees (and deletes) only the volumes of its own sandboxes.
 
 from __future__ import annotations
 
-from agent_sandbox.errors import InvalidArgumentError, NotFoundError
-from agent_sandbox.models import VolumeInfo
+from agent_sandbox.core.errors import InvalidArgumentError, NotFoundError
+from agent_sandbox.core.models import VolumeInfo
 from agent_sandbox.providers import Provider, default_provider
 
 

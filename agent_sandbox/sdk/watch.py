@@ -6,9 +6,9 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from agent_sandbox.errors import InvalidArgumentError, SandboxError
-from agent_sandbox.models import FilesystemEvent
-from agent_sandbox.watch import EventQueue, WatchStream
+from agent_sandbox.core.errors import InvalidArgumentError, SandboxError
+from agent_sandbox.core.models import FilesystemEvent
+from agent_sandbox.core.watch import EventQueue, WatchStream
 
 EventCallback = Callable[[FilesystemEvent], None]
 MAX_QUEUED_EVENTS = 10000

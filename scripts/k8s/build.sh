@@ -120,7 +120,7 @@ else
 fi
 
 # ---- images
-IMG_KEY="images $(sha256sum "$HERE/mkimage.py" "$HERE/../../agent_sandbox/providers/kubernetes/image_archive.py" "$SRC/build/pause/linux/pause.c" "$CACHE/busybox" | awk '{printf "%s ", substr($1,1,16)}')"
+IMG_KEY="images $(sha256sum "$HERE/mkimage.py" "$HERE/../../agent_sandbox/backends/kubernetes/image_archive.py" "$SRC/build/pause/linux/pause.c" "$CACHE/busybox" | awk '{printf "%s ", substr($1,1,16)}')"
 if stamp_ok images "$IMG_KEY"; then
     say "images: cached (k8s.local/pause:3.6, k8s.local/busybox:1.35)"
 else

@@ -65,13 +65,16 @@ stamp_write() {
 }
 
 # pid_alive NAME: the recorded process exists and is not a zombie (PID 1 here may be slow to reap)
+# pid_alive NAME: its recorded PID runs, and runs NAME's program (after a reboot the PID may be another's).
 pid_alive() {
     local pid st
     [ -f "$PIDS/$1" ] || return 1
     pid=$(cat "$PIDS/$1")
     { read -r _ _ st _ <"/proc/$pid/stat"; } 2>/dev/null || return 1
-    [ "$st" != Z ]
+    [ "$st" != Z ] && [[ $(cmdline "$pid") == *"${1%-[0-9]}"* ]]
 }
+
+cmdline() { { tr '\0' ' ' <"/proc/$1/cmdline"; } 2>/dev/null || true; }
 
 kubectl_admin() { "$BIN/kubectl" --kubeconfig="$KUBECONFIG_OUT" "$@"; }
 

@@ -24,7 +24,7 @@ start_bg kube-apiserver "$BIN/kube-apiserver" --etcd-servers="http://127.0.0.1:$
     --service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$PKI/sa.pub" \
     --service-account-signing-key-file="$PKI/sa.key" --profiling=false
 api_ready() { [ "$(curl -sf --cacert "$PKI/ca.crt" "$API/readyz")" = ok ]; }
-wait_until 120 "kube-apiserver /readyz" kube-apiserver api_ready
+wait_until 300 "kube-apiserver /readyz" kube-apiserver api_ready
 
 # No nodeipam/route/service controllers: pod CIDRs are fixed per node by its bridge CNI config; no cloud.
 # The volume binder resyncs every 1 s (default 15 s: a new claim on its pre-made hostPath volume waited up to

@@ -9,8 +9,6 @@ set -euo pipefail
 need_root
 purge=0; [ "${1:-}" = --purge ] && purge=1
 
-cmdline() { { tr '\0' ' ' <"/proc/$1/cmdline"; } 2>/dev/null || true; }
-
 # stop NAME...: SIGTERM each recorded PID (if it still runs the recorded program) at once, SIGKILL what still
 # runs after 10 s.
 stop() {
@@ -19,7 +17,7 @@ stop() {
     for name in "$@"; do
         [ -f "$PIDS/$name" ] || continue
         pid=$(cat "$PIDS/$name")
-        if kill -0 "$pid" 2>/dev/null && [[ $(cmdline "$pid") == *"${name%-[0-9]}"* ]]; then
+        if pid_alive "$name"; then
             kill "$pid" 2>/dev/null || true
             pids[$name]=$pid
         fi

@@ -3,7 +3,7 @@
 
 Usage: mkimage.py ROOTFS_DIR REPO:TAG OUT.tar [--cmd '["/pause"]'] [--env K=V ...]
 One layer, every mtime 0: the same rootfs gives the same image id. The archive is written by
-agent_sandbox/providers/kubernetes/image_archive.py (what `abx template push` uses), loaded by
+agent_sandbox/backends/kubernetes/image_archive.py (what `abx template push` uses), loaded by
 path: this runs with the system python3, agent-sandbox need not be installed.
 """
 
@@ -16,7 +16,7 @@ import tarfile
 from pathlib import Path
 
 _ARCHIVE = (Path(__file__).resolve().parents[2]
-            / "agent_sandbox" / "providers" / "kubernetes" / "image_archive.py")
+            / "agent_sandbox" / "backends" / "kubernetes" / "image_archive.py")
 
 
 def _archive_module():

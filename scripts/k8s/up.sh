@@ -51,15 +51,15 @@ done
 cp "$PKI/admin.kubeconfig" "$KUBECONFIG_OUT.tmp" && mv "$KUBECONFIG_OUT.tmp" "$KUBECONFIG_OUT"
 ready_count() { { kubectl_admin get nodes --no-headers 2>/dev/null || true; } | awk '$2 == "Ready"' | wc -l; }
 say "waiting for $NODES Ready nodes (kubelets started at $(since))"
-for i in $(seq 240); do
+for i in $(seq 480); do
     [ "$(ready_count)" -eq "$NODES" ] && break
     for n in $(seq "$NODES"); do
         pid_alive "kubelet-$n" || die_log "kubelet-$n exited before its node was Ready" "$LOGS/kubelet-$n.log"
         pid_alive "containerd-$n" || die_log "containerd-$n exited" "$LOGS/containerd-$n.log"
     done
-    if [ "$i" -eq 240 ]; then
+    if [ "$i" -eq 480 ]; then
         kubectl_admin get nodes >&2 || true
-        die "timed out after 120 s: $(ready_count) of $NODES nodes Ready; read $LOGS/kubelet-N.log of the missing ones"
+        die "timed out after 240 s: $(ready_count) of $NODES nodes Ready; read $LOGS/kubelet-N.log of the missing ones"
     fi
     [ $((i % 20)) -eq 0 ] && say "  $(ready_count) of $NODES Ready after $((i / 2)) s"
     sleep 0.5

@@ -25,7 +25,7 @@ def server_env(**extra: str) -> dict[str, str]:
 
 
 def stdio_params(**extra: str) -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable, args=["-m", "agent_sandbox.agent.mcp"],
+    return StdioServerParameters(command=sys.executable, args=["-m", "agent_sandbox.surfaces.mcp"],
                                  env=server_env(**extra), cwd=ROOT)
 
 
@@ -34,7 +34,7 @@ class RawServer:
 
     def __init__(self, **extra: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agent_sandbox.agent.mcp"], cwd=ROOT, env=server_env(**extra),
+            [sys.executable, "-m", "agent_sandbox.surfaces.mcp"], cwd=ROOT, env=server_env(**extra),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self._buf = b""
 
@@ -118,7 +118,7 @@ class Uvicorn:
             self.port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "agent_sandbox.agent.mcp_http:asgi_app",
+            [sys.executable, "-m", "uvicorn", "agent_sandbox.surfaces.mcp.http_app:asgi_app",
              "--host", host, "--port", str(self.port), "--log-level", "warning"],
             cwd=ROOT, env=server_env(**env), stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 30

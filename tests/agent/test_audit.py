@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_sandbox.agent import audit
-from agent_sandbox.agent.audit import AuditLog
+from agent_sandbox.core import audit
+from agent_sandbox.core.audit import AuditLog
 
 
 def test_lines_are_private_json_and_rotate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -45,7 +45,7 @@ def test_no_path_means_no_audit(tmp_path: Path) -> None:
 def test_trace_ids_are_unique_hex_and_a_forked_child_makes_its_own() -> None:
     import os
 
-    from agent_sandbox.agent.server import new_trace_id
+    from agent_sandbox.surfaces.mcp.server import new_trace_id
 
     ids = [new_trace_id() for _ in range(1000)]
     assert len(set(ids)) == 1000

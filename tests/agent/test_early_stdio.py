@@ -9,7 +9,8 @@ import sys
 import pytest
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from agent_sandbox.agent.early_stdio import HANDSHAKE_VERSIONS, early_answer
+from agent_sandbox.surfaces.mcp.early_stdio import HANDSHAKE_VERSIONS, early_answer
+from agent_sandbox.surfaces.mcp.tools import ALL_TOOLS
 
 
 def test_versions_spelled_out_are_the_sdks() -> None:
@@ -56,10 +57,10 @@ def test_early_answer_equals_the_sdks_and_the_session_works() -> None:
             {"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": params},
             {"jsonrpc": "2.0", "id": 3, "method": "tools/list"}]
     data = "".join(json.dumps(m) + "\n" for m in msgs).encode()
-    out = subprocess.run([sys.executable, "-m", "agent_sandbox.agent.mcp"], input=data,
+    out = subprocess.run([sys.executable, "-m", "agent_sandbox.surfaces.mcp"], input=data,
                          capture_output=True, cwd=ROOT, env=server_env(), timeout=120)
     answers = [json.loads(x) for x in out.stdout.splitlines()]
     assert [a["id"] for a in answers] == [1, 2, 3], answers
     assert answers[0]["result"] == answers[1]["result"]
-    assert len(answers[2]["result"]["tools"]) == 15
+    assert len(answers[2]["result"]["tools"]) == len(ALL_TOOLS)
     assert b"differs" not in out.stderr

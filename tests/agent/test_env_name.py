@@ -9,10 +9,10 @@ import re
 
 import pytest
 
-from agent_sandbox.errors import InvalidArgumentError
+from agent_sandbox.core import validate
+from agent_sandbox.core.errors import InvalidArgumentError
 from agent_sandbox.guest import checks as guest_checks
-from agent_sandbox.runtime import validate
-from agent_sandbox.server import schemas
+from agent_sandbox.surfaces.rest import schemas
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from agent_sandbox.agent.config import AgentConfig
-from agent_sandbox.agent.fairness import RETRY_AFTER_S, CallGate, ServerBusy
 from agent_sandbox.sdk import twin
+from agent_sandbox.surfaces.mcp.config import AgentConfig
+from agent_sandbox.surfaces.mcp.fairness import RETRY_AFTER_S, CallGate, ServerBusy
 
 
 class Calls:

@@ -18,6 +18,8 @@ from _fuzz_corpus import INVALID, PARAMS, Case, build
 from _helpers import RawServer, Uvicorn
 from mcpwire import ACCEPT, INIT
 
+from agent_sandbox.surfaces.mcp.tools import ALL_TOOLS
+
 pytestmark = pytest.mark.integration
 
 LEAKS = ("Traceback", 'File "', "internal error", "Internal error")
@@ -119,7 +121,7 @@ def stdio() -> Iterator[Stdio]:
 
 def tool_schemas(listing: dict[str, Any]) -> list[dict[str, Any]]:
     tools = listing["result"]["tools"]
-    assert len(tools) == 15
+    assert len(tools) == len(ALL_TOOLS)
     return tools
 
 
@@ -196,7 +198,7 @@ def test_stdio_calls_before_initialize() -> None:
         assert srv.recv() == {"jsonrpc": "2.0", "id": 3, "result": {}}
         srv.initialize()
         srv.request(4, "tools/list")
-        assert len(srv.recv()["result"]["tools"]) == 15
+        assert len(srv.recv()["result"]["tools"]) == len(ALL_TOOLS)
     finally:
         assert srv.close() == 0
 

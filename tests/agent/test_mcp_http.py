@@ -19,6 +19,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcpwire import ACCEPT, INIT, rpc_body, rpc_text
 
+from agent_sandbox.surfaces.mcp.tools import ALL_TOOLS
+
 pytestmark = pytest.mark.integration
 
 TOKEN = "t0ken-for-tests"
@@ -97,12 +99,15 @@ def test_official_client_sessions_isolation_and_delete(srv: Uvicorn) -> None:
                 streamable_http_client(srv.url + "/mcp", http_client=h2), mode="legacy"))
             if True:
                 tools = {t.name for t in (await a.list_tools()).tools}
-                assert "run_command" in tools and len(tools) == 15
+                assert "run_command" in tools and len(tools) == len(ALL_TOOLS)
                 r = await a.call_tool("run_command", {"command": "echo $((6*7))"})
                 assert not r.is_error and r.structured_content["stdout"] == "42\n"
                 mine = r.structured_content["sandbox_id"]
                 r = await b.call_tool("run_command", {"command": "true", "sandbox_id": mine})
                 assert r.is_error and r.structured_content["error"]["code"] == "not_found"
+                r = await b.call_tool("run_command", {"command": "true", "sandbox_id": "sb-1"})
+                assert r.is_error and "invalid sandbox id 'sb-1'" in r.content[0].text
+                assert "list_sandboxes shows" in r.content[0].text  # the tool, not a command
                 r = await b.call_tool("list_sandboxes", {})
                 assert mine not in {s["sandbox_id"] for s in r.structured_content["sandboxes"]}
                 health = httpx.get(srv.url + "/health", headers=auth()).json()
@@ -173,7 +178,7 @@ def test_sessions_that_made_nothing_make_room_at_the_cap() -> None:
             sid = open_session(server.url, {})
             r = httpx.post(server.url + "/mcp", json=listing,
                            headers={**ACCEPT, "Mcp-Session-Id": sid})
-            assert r.status_code == 200 and len(rpc_body(r)["result"]["tools"]) == 15
+            assert r.status_code == 200 and len(rpc_body(r)["result"]["tools"]) == len(ALL_TOOLS)
             idle.append(sid)
         # The oldest empty sessions were ended; the one holding a sandbox never is.
         gone = httpx.post(server.url + "/mcp", json=listing,
@@ -244,7 +249,7 @@ def test_sessionless_requests_are_refused(srv: Uvicorn) -> None:
 
 def test_refuses_to_start_beyond_loopback_without_token() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "uvicorn", "agent_sandbox.agent.mcp_http:asgi_app",
+        [sys.executable, "-m", "uvicorn", "agent_sandbox.surfaces.mcp.http_app:asgi_app",
          "--host", "0.0.0.0", "--port", "0"], cwd=ROOT, env=server_env(),
         capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0

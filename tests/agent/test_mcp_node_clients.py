@@ -1,4 +1,4 @@
-"""The HTTP server against real Node clients: the MCP Inspector CLI and the official
+"""The servers against real Node clients: the MCP Inspector CLI and the official
 TypeScript SDK, installed from npm (pinned in node/package.json) into a cache outside the
 checkout (``npmcache``)."""
 
@@ -7,15 +7,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2 as httpx
 import pytest
-from _helpers import Uvicorn
+from _helpers import ROOT, Uvicorn, server_env
 from npmcache import node_packages
 
-from agent_sandbox.agent.tools import ALL_TOOLS
+from agent_sandbox.surfaces.mcp.tools import ALL_TOOLS
 
 pytestmark = pytest.mark.integration
 HERE = Path(__file__).parent / "node"
@@ -40,6 +41,21 @@ def inspector(node_dir: Path, url: str, *args: str) -> dict:
         env={**os.environ, "HOME": str(node_dir)})  # its catalog lands in the cache
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
+
+
+def test_inspector_strict_schema_lint_is_clean(node_dir: Path) -> None:
+    """The Inspector's portability lint (--strict) over every tool's input and output
+    schema, against the real STDIO server: no finding at all, warnings included."""
+    done = subprocess.run(
+        ["node", str(node_dir / "node_modules/.bin/mcp-inspector"), "--cli", sys.executable,
+         "-m", "agent_sandbox.surfaces.mcp", "--method", "tools/list", "--strict",
+         "--format", "json"], capture_output=True, text=True, timeout=120, cwd=ROOT,
+        env={**server_env(), "HOME": str(node_dir)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    assert len(out["result"]["tools"]) == len(ALL_TOOLS)
+    assert "schemaFindings" not in out, json.dumps(out["schemaFindings"], indent=1)[:3000]
+    assert "Warning:" not in done.stderr and "Error:" not in done.stderr, done.stderr[-3000:]
 
 
 def test_ten_inspector_runs_with_three_sessions(node_dir: Path, capped: Uvicorn) -> None:

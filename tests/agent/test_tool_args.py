@@ -15,10 +15,10 @@ from typing import Any
 import jsonschema
 import pytest
 
-from agent_sandbox.agent.args import parse_args
-from agent_sandbox.agent.tools import ALL_TOOLS
-from agent_sandbox.errors import InvalidArgumentError
-from agent_sandbox.netpolicy import parse as parse_policy
+from agent_sandbox.core.errors import InvalidArgumentError
+from agent_sandbox.core.network import parse as parse_policy
+from agent_sandbox.surfaces.mcp.args import parse_args
+from agent_sandbox.surfaces.mcp.tools import ALL_TOOLS
 
 SPECS = {spec.name: spec for spec in ALL_TOOLS}
 # Each tool's smallest valid call.
@@ -33,17 +33,21 @@ MINIMAL: dict[str, dict[str, Any]] = {
     "reset_rootfs": {"sandbox_id": "sbx-0123456789"},
     "expose_port": {"port": 8000},
     "kill_sandbox": {"sandbox_id": "sbx-0123456789"},
+    "lock_file": {"path": "/x"}, "unlock_file": {"path": "/x", "token": "ab12"},
+    "snapshot_sandbox": {"sandbox_id": "sbx-0123456789"},
 }
 # The contract clients rely on: argument names and the required ones, per tool.
 ARGUMENTS = {
-    "create_sandbox": ("template timeout envs network persistent memory_mb cpu", ""),
+    "create_sandbox": ("template timeout envs cpu memory_mb network persistent lifetime "
+                       "on_timeout snapshot keep_volume secrets", ""),
     "list_sandboxes": ("template state", ""),
     "run_code": ("code language timeout context sandbox_id", "code"),
     "run_command": ("command workdir background timeout envs sandbox_id", "command"),
     "process_output": ("pid sandbox_id", "pid"),
     "kill_process": ("pid sandbox_id", "pid"),
     "read_file": ("path encoding offset limit sandbox_id", "path"),
-    "write_file": ("path content encoding mode sandbox_id", "path content"),
+    "write_file": ("path content encoding mode if_match lock_token lock_wait sandbox_id",
+                   "path content"),
     "list_files": ("path depth sandbox_id", ""),
     "set_network": ("network sandbox_id", "network"),
     "pause_sandbox": ("sandbox_id", ""),
@@ -51,6 +55,9 @@ ARGUMENTS = {
     "reset_rootfs": ("sandbox_id", ""),
     "expose_port": ("sandbox_id port", "port"),
     "kill_sandbox": ("sandbox_id delete_volumes", ""),
+    "lock_file": ("path ttl wait renew sandbox_id", "path"),
+    "unlock_file": ("path token sandbox_id", "path token"),
+    "snapshot_sandbox": ("sandbox_id name", ""),
 }
 MIB = 1 << 20
 
@@ -134,7 +141,7 @@ def test_every_sandbox_tool_defaults_to_the_session_sandbox() -> None:
 
 def test_no_union_types_for_strict_dialects() -> None:
     """Gemini's (OpenAPI 3.0 style) schema dialect refuses a list of types."""
-    from agent_sandbox.agent.tool_results import OUTPUT_SCHEMAS
+    from agent_sandbox.surfaces.mcp.tool_results import OUTPUT_SCHEMAS
 
     def walk(node: Any, where: str) -> None:
         if isinstance(node, dict):
@@ -150,6 +157,48 @@ def test_no_union_types_for_strict_dialects() -> None:
         walk(schema_of(tool), f"{tool} input")
         walk(OUTPUT_SCHEMAS[tool], f"{tool} output")
         jsonschema.Draft202012Validator.check_schema(OUTPUT_SCHEMAS[tool])
+
+
+def _subschemas(node: dict[str, Any], where: str) -> Any:
+    """Every schema a value can meet below ``node``: properties, items, map values."""
+    for name, sub in node.get("properties", {}).items():
+        yield sub, f"{where}.{name}"
+        yield from _subschemas(sub, f"{where}.{name}")
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            yield node[key], f"{where}[{key}]"
+            yield from _subschemas(node[key], f"{where}[{key}]")
+
+
+def test_every_schema_property_has_a_type() -> None:
+    """A property without a type accepts anything (MCP Inspector's --strict warns)."""
+    from agent_sandbox.surfaces.mcp.tool_results import OUTPUT_SCHEMAS
+
+    for tool in SPECS:
+        for schema, kind in ((schema_of(tool), "input"), (OUTPUT_SCHEMAS[tool], "output")):
+            for sub, where in _subschemas(schema, f"{tool} {kind}"):
+                assert isinstance(sub.get("type"), str), where
+
+
+def test_an_error_result_conforms_to_every_output_schema() -> None:
+    """The spec: structured content MUST conform to the declared schema, errors too."""
+    from agent_sandbox.core.errors import NotFoundError
+    from agent_sandbox.surfaces.mcp.fairness import ServerBusy
+    from agent_sandbox.surfaces.mcp.server import error_result
+    from agent_sandbox.surfaces.mcp.tool_results import OUTPUT_SCHEMAS
+
+    errors = [error_result(InvalidArgumentError("'memory_mb' must be ...")),
+              error_result(ServerBusy("server busy")),
+              error_result(NotFoundError("no sandbox", details={"alternative": "x"}))]
+    assert errors[1].structured_content["error"]["retry_after"] > 0  # type: ignore[index]
+    for tool in SPECS:
+        for result in errors:
+            assert result.is_error and list(result.structured_content or {}) == ["error"]
+            jsonschema.validate(result.structured_content, OUTPUT_SCHEMAS[tool])
+    # run_code's `error` is also the cell's exception, on success.
+    jsonschema.validate({"sandbox_id": "s", "error": {"name": "ZeroDivisionError",
+                         "value": "division by zero", "traceback": ""}},
+                        OUTPUT_SCHEMAS["run_code"])
 
 
 @pytest.mark.parametrize("tool", list(MINIMAL))
@@ -187,7 +236,7 @@ def test_numeric_bounds(tool: str, name: str, prop: dict[str, Any]) -> None:
     assert getattr(accepts(tool, {**base, name: low}), name) == low
     assert getattr(accepts(tool, {**base, name: high}), name) == high
     integer = prop["type"] == "integer"
-    below = low - 1 if integer else low / 2
+    below = low - 1 if integer or low == 0 else low / 2
     above = high + 1 if integer else high * 2
     for bad in (below, above):
         message = refusal(tool, {**base, name: bad})
@@ -384,3 +433,12 @@ def test_network_policies(tool: str) -> None:
     pattern = re.compile(schema_of(tool)["properties"]["network"]["pattern"])
     assert pattern.match("pypi.org, *.x.com,10.0.0.0/8,2001:db8::/32")
     assert not pattern.match("x.com;rm -rf /")
+
+
+def test_the_docs_list_every_tool() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs/mcp.md").read_text()
+    listed = doc.split("Tools (", 1)[1].split(". A call", 1)[0]
+    assert listed.startswith(f"{len(SPECS)}):"), listed[:10]
+    assert re.findall(r"`(\w+)`", listed) == list(SPECS)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agent_sandbox.server.process import GatewayProcess
+from agent_sandbox.surfaces.gateway.process import GatewayProcess
 
 ABX = Path(sys.executable).parent / "abx"
 # Settings a developer's shell may carry that would leak into the tests.
@@ -39,7 +39,8 @@ class Abx:
         self.env = {k: v for k, v in os.environ.items() if k not in SCRUB}
         self.env.update(HOME=str(home), ABX_MCP_AUDIT_LOG="", COLUMNS="200", NO_COLOR="1")
         # The installed command, or the module where the venv has no script.
-        self.command = [str(ABX)] if ABX.exists() else [sys.executable, "-m", "agent_sandbox.cli"]
+        self.command = ([str(ABX)] if ABX.exists()
+                        else [sys.executable, "-m", "agent_sandbox.surfaces.cli"])
 
     def __call__(self, *args: str, env: dict[str, str] | None = None, timeout: float = 90,
                  check: int | None = 0) -> Result:

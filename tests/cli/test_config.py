@@ -27,20 +27,31 @@ def test_set_get_list_unset(abx: Abx) -> None:
 
 def test_resolution_from_abx_config(abx: Abx) -> None:
     abx("config", "set", "sandbox_api_key", "from-file")
-    got = abx("config", "get", "sandbox_api_key", "--json").json()
+    got = abx("config", "get", "sandbox_api_key", "--json", "--reveal").json()
     assert (got["value"], got["source"]) == ("from-file", "config")
 
 
 def test_resolution_dotenv_beats_abx_config(abx: Abx) -> None:
     abx("config", "set", "sandbox_api_key", "from-file")
     (abx.cwd / ".env").write_text('# local\nexport ABX_SANDBOX_API_KEY="from-dotenv"\n')
-    got = abx("config", "get", "sandbox_api_key", "--json").json()
+    got = abx("config", "get", "sandbox_api_key", "--json", "--reveal").json()
     assert (got["value"], got["source"]) == ("from-dotenv", "dotenv")
 
 
 def test_resolution_env_beats_dotenv_and_abx_config(abx: Abx) -> None:
     abx("config", "set", "sandbox_api_key", "from-file")
     (abx.cwd / ".env").write_text("ABX_SANDBOX_API_KEY=from-dotenv\n")
-    got = abx("--json", "config", "get", "sandbox_api_key",
+    got = abx("--json", "config", "get", "sandbox_api_key", "--reveal",
               env={"ABX_SANDBOX_API_KEY": "from-env"}).json()
     assert (got["value"], got["source"]) == ("from-env", "env")
+
+
+def test_a_secret_is_masked_unless_revealed(abx: Abx) -> None:
+    abx("config", "set", "sandbox_api_key", "sk-verysecretvalue123")
+    for extra in ((), ("--json",)):
+        out = abx("config", "get", "sandbox_api_key", *extra).out
+        assert "verysecretvalue" not in out, out
+    got = abx("config", "get", "sandbox_api_key", "--json").json()
+    assert got["masked"] is True and got["source"] == "config"
+    revealed = abx("config", "get", "sandbox_api_key", "--reveal").out
+    assert revealed.strip() == "sk-verysecretvalue123"

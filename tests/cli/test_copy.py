@@ -88,6 +88,25 @@ def test_files_go_where_cp_puts_them(abx: Any, sid: str) -> None:
     assert info == {"path": "/tmp/up.txt", "size": 2}
 
 
+def test_upload_as_a_user(abx: Any, sid: str) -> None:
+    """--user: what is uploaded, file or directory, belongs to that account (its commands
+    can change it); without it, root's."""
+    _proj(abx.cwd)
+    (abx.cwd / "one.txt").write_text("1")
+    _clean(abx("sandbox", "upload", sid, "proj", "/workspace/u/proj", "--user", "user"))
+    _clean(abx("sandbox", "upload", sid, "one.txt", "/workspace/u/one.txt", "-u", "user"))
+    _clean(abx("sandbox", "upload", sid, "one.txt", "/workspace/rootfile"))
+    edit = Sandbox.connect(sid).commands.run(
+        "echo 2 >> /workspace/u/one.txt && echo x >> /workspace/u/proj/src/main.py", user="user")
+    assert edit.exit_code == 0, edit.stderr
+    owners = abx("sandbox", "exec", sid, "stat -c %U /workspace/u /workspace/u/proj/src "
+                 "/workspace/u/proj/src/main.py /workspace/u/one.txt /workspace/rootfile").out
+    assert owners.split() == ["user"] * 4 + ["root"]
+    r = _clean(abx("sandbox", "upload", sid, "one.txt", "/workspace/x", "--user", "no body",
+                   check=2))
+    assert "user must be an account name" in r.err
+
+
 @pytest.mark.parametrize(("args", "code", "message"), [
     # Today: a traceback (FileNotFoundError) for the missing parent.
     (["download", "{sid}", "/workspace/data.csv", "no/such/dir/x.csv"], 2,
@@ -118,3 +137,20 @@ def test_what_a_sandbox_planted_is_reported_safely(abx: Any, sid: str) -> None:
     assert "warning: escape: a symlink to /etc, outside the directory; skipped" in r.err
     assert "\x1b" not in r.err + r.out and "esc\\x1b[2J" in r.err
     assert (abx.cwd / "out" / "bad\x1b]0;pwned\x07").read_text() == "x"
+
+
+def test_a_conditional_upload(abx: Any, sid: str) -> None:
+    """Issue 29: download shows the file's version; upload --if-match writes only at it."""
+    abx("sandbox", "exec", sid, "printf 1 > /workspace/n.txt")
+    got = _clean(abx("sandbox", "download", sid, "n.txt", "n.txt", "--json")).json()
+    version = got["version"]
+    assert version and "(version " in _clean(abx("sandbox", "download", sid, "n.txt",
+                                                  "again.txt")).out
+    (abx.cwd / "n.txt").write_text("2")
+    _clean(abx("sandbox", "upload", sid, "n.txt", "n.txt", "--if-match", version))
+    stale = _clean(abx("sandbox", "upload", sid, "n.txt", "n.txt", "--if-match", version,
+                       check=None))
+    assert stale.code != 0 and "has changed since that version" in stale.err, stale
+    (abx.cwd / "proj").mkdir()
+    r = _clean(abx("sandbox", "upload", sid, "proj", "x", "--if-match", version, check=None))
+    assert r.code == 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from agent_sandbox.cli import deploy_files as files
+from agent_sandbox.surfaces.cli import deploy_files as files
 
 SETUP = Path(__file__).resolve().parents[2] / "scripts" / "setup.sh"
 WHEEL = "abx_sandbox-9.9.9-py3-none-any.whl"

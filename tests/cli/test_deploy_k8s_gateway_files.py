@@ -18,15 +18,15 @@ from typing import Any
 
 import pytest
 
-from agent_sandbox.cli import deploy_k8s_gateway as gw
-from agent_sandbox.cli import deploy_k8s_manifests as m
-from agent_sandbox.providers.kubernetes import objects
-from agent_sandbox.server.keys import KeyStore
-from agent_sandbox.settings import Settings
+from agent_sandbox.backends.kubernetes import objects
+from agent_sandbox.config.settings import Settings
+from agent_sandbox.providers.deploy import kubernetes_gateway as m
+from agent_sandbox.surfaces.cli import deploy_k8s_gateway as gw
+from agent_sandbox.surfaces.http.keys import KeyStore
 
 yaml = pytest.importorskip("yaml")
 ROOT = Path(__file__).resolve().parents[2]
-PROVIDER = ROOT / "agent_sandbox" / "providers" / "kubernetes"
+PROVIDER = ROOT / "agent_sandbox" / "backends" / "kubernetes"
 WHEEL = "abx_sandbox-9.9.9-py3-none-any.whl"
 # Calls the gateway never makes: `abx template push` writes the catalog with the pusher's
 # own credentials.

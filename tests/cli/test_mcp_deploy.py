@@ -20,7 +20,7 @@ import pytest
 from conftest import Abx
 
 from agent_sandbox import __version__
-from agent_sandbox.cli import deploy_files
+from agent_sandbox.surfaces.cli import deploy_files
 
 pytestmark = pytest.mark.integration
 
@@ -122,7 +122,7 @@ def test_docker_artifact(abx: Abx, tmp_path: Path) -> None:
                   if line and not line.startswith("#"))
     assert values["ABX_SANDBOX_API_KEY"] == KEY and len(values["ABX_MCP_AUTH_TOKEN"]) >= 32
     dockerfile = (out / "Dockerfile").read_text()
-    assert "agent_sandbox.agent.mcp_http:asgi_app" in dockerfile and "9000" in dockerfile
+    assert "agent_sandbox.surfaces.mcp.http_app:asgi_app" in dockerfile and "9000" in dockerfile
     assert values["ABX_MCP_AUTH_TOKEN"] not in dockerfile + (out / "compose.yaml").read_text()
     assert "abx-mcp.env" in (out / ".dockerignore").read_text()
 
@@ -169,7 +169,7 @@ def test_the_wheel_the_artifact_installs(abx: Abx, tmp_path: Path) -> None:
         entry_points = whl.read(f"{info_dir}/entry_points.txt").decode()
     assert "agent_sandbox/guest/agent.py" in members and "agent_sandbox/py.typed" in members
     assert meta["Name"] == "abx-sandbox" and meta["Version"] == __version__
-    assert re.search(r"^\[console_scripts\]\nabx = agent_sandbox\.cli\.main:main$",
+    assert re.search(r"^\[console_scripts\]\nabx = agent_sandbox\.surfaces\.cli\.main:main$",
                      entry_points, re.M), entry_points
     # A fresh venv, offline (no index, no config, no find-links), the wheel alone.
     venv = tmp_path / "venv"
@@ -187,7 +187,7 @@ def test_the_wheel_the_artifact_installs(abx: Abx, tmp_path: Path) -> None:
     assert probe.returncode == 0, probe.stderr
     version, where, _ = probe.stdout.split()
     assert version == __version__ and where.startswith(str(venv))
-    assert "agent_sandbox.cli.main" in (venv / "bin" / "abx").read_text()
+    assert "agent_sandbox.surfaces.cli.main" in (venv / "bin" / "abx").read_text()
 
 
 def _docker_missing() -> str | None:

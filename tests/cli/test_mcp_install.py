@@ -205,13 +205,13 @@ def test_api_key_resolved_from_abx_config(abx: Abx) -> None:
 
 
 def test_module_fallback_writes_interpreter_and_module(abx: Abx) -> None:
-    proc = subprocess.run([sys.executable, "-m", "agent_sandbox.cli", "mcp", "install",
+    proc = subprocess.run([sys.executable, "-m", "agent_sandbox.surfaces.cli", "mcp", "install",
                            "--target", "gemini"], cwd=abx.cwd, env=abx.env, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     entry = ours(abx, "gemini")
     assert entry["command"] == sys.executable
-    assert entry["args"] == ["-m", "agent_sandbox.cli", "mcp", "start"]
+    assert entry["args"] == ["-m", "agent_sandbox.surfaces.cli", "mcp", "start"]
 
 
 def test_usage_errors_exit_2(abx: Abx) -> None:

@@ -5,18 +5,20 @@ integration start gateways, daemons or engines."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sqlite3
 import stat
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rich.console import Console
 
-from agent_sandbox.server.process import GatewayProcess, free_port
+from agent_sandbox.surfaces.gateway.process import GatewayProcess, free_port
 
 Abx = Any  # the ``abx`` fixture of tests/cli/conftest.py
 
@@ -92,7 +94,7 @@ def test_dead_gateway_fails_in_seconds_with_what_to_check(abx: Abx) -> None:
 
 # ---- sandbox info and doctor rendering ----------------------------------------------------
 def test_sandbox_info_is_for_people() -> None:
-    from agent_sandbox.cli.info_view import info_table
+    from agent_sandbox.surfaces.cli.info_view import info_table
 
     now = 1_796_000_000.0
     data = {"sandbox_id": "sbx-x", "template": "base", "state": "running",
@@ -114,7 +116,8 @@ def test_sandbox_info_is_for_people() -> None:
 
 
 def test_doctor_fix_column_wraps_instead_of_cutting() -> None:
-    from agent_sandbox.cli.doctor import Check, checks_table
+    from agent_sandbox.core.health import Check
+    from agent_sandbox.surfaces.cli.doctor import checks_table
 
     long_path = "/home/someone/.local/share/agent-sandbox/with/a/rather/long/path"
     fix = f"mkdir -p {long_path} && chmod 711 {long_path} [see docs]"
@@ -157,8 +160,8 @@ def test_key_names_are_unique_and_revoke_by_name_is_never_a_guess(abx: Abx,
 
 # ---- template roots without a shell -------------------------------------------------------
 def test_a_root_without_bin_sh_is_refused(tmp_path: Path) -> None:
-    from agent_sandbox.errors import InvalidArgumentError
-    from agent_sandbox.runtime.rootfs_checks import check_shell
+    from agent_sandbox.backends.runc.rootfs.checks import check_shell
+    from agent_sandbox.core.errors import InvalidArgumentError
 
     root = tmp_path / "root"
     (root / "bin").mkdir(parents=True)
@@ -239,3 +242,186 @@ def test_template_commands_of_a_daemon_user(abx: Abx, tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+# ---- sandbox ids, as help shows them and as errors explain them --------------------------
+def _commands() -> list[tuple[str, Any]]:
+    """Every command of ``abx`` as click sees it, by its full name."""
+    import typer.main
+
+    from agent_sandbox.surfaces.cli.app import app
+
+    out: list[tuple[str, Any]] = []
+
+    def walk(name: str, command: Any) -> None:
+        out.append((name, command))
+        for sub, child in getattr(command, "commands", {}).items():
+            walk(f"{name} {sub}", child)
+
+    walk("abx", typer.main.get_command(app))
+    return out
+
+
+def test_help_examples_use_ids_that_are_ids() -> None:
+    from agent_sandbox.core.validate import sandbox_id
+
+    seen = 0
+    for _, command in _commands():
+        for text in (command.epilog or "", command.help or ""):
+            for token in re.findall(r"\bsbx?-[A-Za-z0-9]+", text):
+                sandbox_id(token)  # raises for sb-1234 and sbx-1234
+                seen += 1
+    assert seen > 20
+
+
+def test_a_bad_sandbox_id_points_at_abx_sandbox_list(abx: Abx) -> None:
+    env = {"ABX_SANDBOX_BASE_URL": f"http://127.0.0.1:{free_port()}"}  # never reached
+    for command in (["sandbox", "info", "sb-1234"], ["sandbox", "exec", "sb-1234", "true"],
+                    ["sandbox", "upload", "sb-1234", ".", "/workspace/"],
+                    ["sandbox", "kill", "sb-1234"]):
+        r = abx(*command, env=env, check=2)
+        assert "invalid sandbox id 'sb-1234'" in r.err and "`abx sandbox list`" in r.err, r.err
+        assert "list_sandboxes" not in r.err  # the MCP tool's name, not a command
+        _clean(r.err)
+
+
+# ---- a gateway that wants a key -----------------------------------------------------------
+@pytest.mark.integration
+def test_a_missing_or_refused_key_names_the_setting(abx: Abx) -> None:
+    from gateways import running_gateway
+
+    with running_gateway("abx-cli-keys-", {"ci": {}}) as (gw, store, tokens):
+        env = {"ABX_SANDBOX_BASE_URL": gw.url}
+        r = abx("sandbox", "list", env=env, check=1)
+        assert f"the gateway at {gw.url} needs an API key" in r.err, r.err
+        assert "ABX_SANDBOX_API_KEY" in r.err and "abx config set sandbox_api_key" in r.err
+        assert "Authorization" not in r.err and "Bearer" not in r.err
+        r = abx("sandbox", "list", env={**env, "ABX_SANDBOX_API_KEY": "abx_wrong"}, check=1)
+        assert "refused the API key from ABX_SANDBOX_API_KEY" in r.err, r.err
+        assert "abx_wrong" not in r.err  # a secret is never printed
+        abx("config", "set", "sandbox_api_key", "abx_wrong_too")
+        r = abx("sandbox", "list", env=env, check=1)
+        assert f"sandbox_api_key in {abx.home}/.abx/config" in r.err, r.err
+        abx("config", "set", "sandbox_api_key", tokens["ci"])
+        assert abx("sandbox", "list", "--json", env=env).json() == []
+        _clean(r.err)
+
+
+# ---- limits beyond the host ---------------------------------------------------------------
+@pytest.mark.integration
+def test_memory_and_cpu_past_the_host_are_refused_everywhere(abx: Abx,
+                                                            gateway: GatewayProcess) -> None:
+    """--memory-mb is bounded by the host's memory as --cpu is by its CPUs: on every
+    surface, before anything is made, with a message naming the bound."""
+    import httpx2 as httpx
+
+    from agent_sandbox import Sandbox
+    from agent_sandbox.core.errors import InvalidArgumentError
+    from agent_sandbox.providers.local import local_provider
+
+    caps = local_provider().backend.limit_caps()
+    memory, cpus = caps["memory_mb"][0], caps["cpu"][0]
+    says = f"memory_mb must be at most {memory} (this host's memory, in MiB)"
+    r = abx("sandbox", "create", "--memory-mb", str(memory + 1), check=2)
+    assert says in r.err, r.err
+    r = abx("sandbox", "create", "--cpu", str(cpus + 1), check=2)
+    assert f"cpu must be at most {cpus} (this host's CPUs)" in r.err, r.err
+    with pytest.raises(InvalidArgumentError, match=re.escape(says)):
+        Sandbox.create(memory_mb=memory + 1)
+    r = httpx.post(gateway.url + "/v1/sandboxes", json={"memory_mb": memory + 1}, timeout=30)
+    assert r.status_code == 400 and says in r.json()["message"], r.text
+    r = abx("sandbox", "create", "--memory-mb", str(memory + 1), check=2,
+            env={"ABX_SANDBOX_BASE_URL": gateway.url})
+    assert says in r.err, r.err
+    assert not [i for i in Sandbox.list() if i.limits["memory_mb"] > memory]  # none made
+
+
+# ---- run-code with a figure -----------------------------------------------------------------
+@pytest.mark.integration
+def test_run_code_prints_text_results_and_saves_figures(abx: Abx, code_template: str,
+                                                        tmp_path: Path) -> None:
+    sid = abx("sandbox", "create", "--template", code_template).out.strip()
+    try:
+        cell = ("import matplotlib.pyplot as plt\nfrom IPython.display import display\n"
+                "display('shown')\nplt.figure(figsize=(2, 1)); plt.plot([1, 3, 2])\n"
+                "plt.show()\n6 * 7")
+        r = abx("sandbox", "run-code", sid, cell)
+        # Every text result (a display(), the figure's, the last value), in order.
+        assert r.out.split("\n")[:3] == ["'shown'", r.out.split("\n")[1], "42"], r.out
+        assert r.out.split("\n")[1].startswith("<Figure size"), r.out
+        assert "1 image (result 2: png): save it with --save-dir DIR" in r.err, r.err
+        plots = tmp_path / "plots"
+        for _ in range(2):  # a second run keeps the first one's file
+            r = abx("sandbox", "run-code", sid, "--save-dir", str(plots), cell)
+        saved = sorted(p.name for p in plots.iterdir())
+        assert saved == ["image-1.png", "image-2.png"], saved
+        assert (plots / "image-1.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+        assert "saved the png of result 2 (" in r.err and f"as {plots}/image-2.png" in r.err
+        out = abx("sandbox", "run-code", sid, "--json", "--save-dir", str(plots), cell)
+        assert out.json()["results"][1]["png"]  # stdout stays JSON
+        assert (plots / "image-3.png").exists()
+    finally:
+        abx("sandbox", "kill", sid, "--delete-volume")
+
+
+# ---- help as people read it ---------------------------------------------------------------
+def test_help_lists_read_as_sentences_and_flags_take_no_type(abx: Abx) -> None:
+    """A command list shows each command's first paragraph as prose (typer's rich help kept
+    the docstring's line breaks: it broke mid-sentence), and a flag has no type (it read
+    `--json <bool>`, as if it took a value)."""
+    import inspect
+
+    groups = {name: command for name, command in _commands() if getattr(command, "commands",
+                                                                         None)}
+    leaves = ["abx sandbox create", "abx sandbox exec", "abx keys create", "abx doctor"]
+    with ThreadPoolExecutor(4) as pool:
+        outs = dict(zip([*groups, *leaves], pool.map(
+            lambda name: abx(*name.split()[1:], "--help").out, [*groups, *leaves]),
+            strict=True))
+    for name, out in outs.items():
+        assert "<bool>" not in out, (name, out)
+    checked = 0
+    for name, group in groups.items():
+        lines = [" ".join(line.strip("│ ").split()) for line in outs[name].splitlines()]
+        for sub, command in group.commands.items():
+            first = " ".join(inspect.cleandoc(command.help or "").split("\n\n")[0].split())
+            if first and len(first) < 150 and not command.hidden:  # (an alias is hidden)
+                assert f"{sub} {first}" in lines, (name, sub, first, outs[name])
+                checked += 1
+    assert checked > 30
+
+
+# ---- tables through a pipe ------------------------------------------------------------------
+def test_tables_are_whole_when_piped(abx: Abx, tmp_path: Path) -> None:
+    """Piped (no terminal, no COLUMNS), a table takes the width its cells need: it was cut
+    at 80 columns, `abx keys list | grep` saw `key-46a…`."""
+    kf = str(tmp_path / "keys.db")
+    made = [abx("keys", "create", "--name", f"a-rather-long-name-for-a-ci-key-{i}",
+                "--network", "pypi.org,files.pythonhosted.org", "--api-keys-file", kf,
+                "--json").json() for i in range(2)]
+    out = abx("keys", "list", "--api-keys-file", kf, env={"COLUMNS": ""}).out
+    assert "…" not in out, out
+    for key in made:
+        row = next(line for line in out.splitlines() if key["id"] in line)
+        assert key["name"] in row and "pypi.org, files.pythonhosted.org" in row, out
+    # COLUMNS, when set, is still the width asked for.
+    assert "…" in abx("keys", "list", "--api-keys-file", kf, env={"COLUMNS": "60"}).out
+
+
+def test_run_code_results_are_hostile_input(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """What a kernel sends names no file, carries no markup or escape to the terminal's
+    notes, and a bad image is skipped with a word, not a traceback."""
+    from agent_sandbox.core.models import Result
+    from agent_sandbox.surfaces.cli import cell_output
+
+    results = [Result.from_bundle({"text/x-\x1b[31m[bold]": "x"}),
+               Result.from_bundle({"image/png": "!!not base64", "text/plain": "<Figure>"}),
+               Result.from_bundle({"image/svg+xml": "<svg/>", "image/jpeg": "/9j/"})]
+    plots = tmp_path / "[red]plots"
+    cell_output.show(results, plots)
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "text/x-?[31m[bold]" in err
+    assert "its png is not valid base64 (not saved)" in err
+    assert f"as {plots}/image-1.svg" in err  # the path as given: no markup taken from it
+    assert sorted(p.name for p in plots.iterdir()) == ["image-1.jpg", "image-1.svg"]

@@ -77,8 +77,8 @@ def test_ctrl_c_does_not_wait_for_another_process_using_the_views(abx) -> None: 
     """At exit the engine releases the template views if no sandbox is left, under their
     lock: while another process held it (creating or ending a sandbox), Ctrl-C waited
     as long as that process did (over 20 s in full test runs)."""
-    from agent_sandbox.runtime.config import EngineConfig
-    from agent_sandbox.settings import Settings
+    from agent_sandbox.config.engine import EngineConfig
+    from agent_sandbox.config.settings import Settings
 
     lock = EngineConfig.from_settings(Settings()).idmap_dir / ".lock"
     with _serving() as sb, _port_cli(abx, sb) as (proc, _):

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import Abx
 
-from agent_sandbox.runtime import supervisor
-from agent_sandbox.runtime.rootfs import mounts_under
+from agent_sandbox.backends.runc import supervisor
+from agent_sandbox.backends.runc.rootfs.overlay import mounts_under
+from agent_sandbox.core.netrules import PRESETS
 
 pytestmark = pytest.mark.integration
 
@@ -28,6 +29,12 @@ def test_sandbox_lifecycle(abx: Abx, tmp_path: Path) -> None:
         assert sid in abx("sandbox", "list").out  # the Rich table, id not cut
         info = abx("sandbox", "info", sid, "--json").json()
         assert info["state"] == "running" and info["env_names"] == ["GREETING"]
+        # Its use, read from its cgroup: the memory limit asked for is the total.
+        assert info["usage"]["mem_total"] == 256 << 20 and info["usage"]["mem_used"] > 0
+        assert "memory " in abx("sandbox", "info", sid).out
+        top = abx("sandbox", "top", "--json").json()
+        assert [m["mem_total"] for m in top if m["sandbox_id"] == sid] == [256 << 20]
+        assert sid in abx("sandbox", "top").out
         r = abx("sandbox", "exec", sid, 'echo "$GREETING out"; echo err >&2; exit 3', check=3)
         assert r.out == "hi out\n" and r.err == "err\n"
         assert abx("sandbox", "exec", sid, "--", "python3", "-c", "print(6*7)").out == "42\n"
@@ -126,6 +133,61 @@ def test_doctor(abx: Abx) -> None:
     assert r.code == (0 if report["ok"] else 1)
     assert all(c["fix"] for c in report["checks"] if not c["ok"])
     assert report["ok"]  # the suite runs sandboxes on this host, so it must pass here
+    proxy = checks["network proxy"]  # started as the engine starts it, a lookup proven
+    assert proxy["ok"] and "as nobody (uid 65534); name lookups work" in proxy["detail"]
+
+
+def test_doctor_says_which_registries_a_sandbox_cannot_reach_and_the_fix(abx: Abx) -> None:
+    """The 'registries' preset's names, pinned to a documentation address as this host's
+    own resolver gives them: each is refused, the detail names the address and its range,
+    and the fix the operator setting that opens it; opened, the check passes."""
+    names = [n for n in PRESETS["registries"] if not n.startswith("*.")]
+    pinned = {"ABX_NETWORK_HOSTS": ",".join(f"{n}=203.0.113.80" for n in names)}
+    report = abx("doctor", "--json", env=pinned, check=None).json()
+    registries = {c["name"]: c for c in report["checks"]}["registries"]
+    assert report["ok"] and not registries["ok"] and not registries["required"], registries
+    assert f"{len(names)} of {len(names)} names" in registries["detail"], registries
+    assert "resolves only to 203.0.113.80 (in 203.0.113.0/24)" in registries["detail"]
+    assert "ABX_NETWORK_OPEN_RANGES=203.0.113.80/32" in registries["fix"], registries
+    opened = abx("doctor", "--json", env={**pinned, "ABX_NETWORK_OPEN_RANGES":
+                                          "203.0.113.80/32"}, check=None).json()
+    assert {c["name"]: c for c in opened["checks"]}["registries"]["ok"], opened
+
+
+@pytest.mark.parametrize("case", ["proc", "closed parent", "umask 077"])
+def test_doctor_and_create_agree_on_the_data_dir(abx: Abx, case: str) -> None:
+    """Doctor runs the engine's own start check (it tries what create does): where it
+    fails, create fails before making anything, with the same fix; where it passes, a
+    sandbox really runs there (directories made under a umask of 077 included)."""
+    top = Path(tempfile.mkdtemp(prefix="abx-agree-", dir="/var/tmp"))
+    top.chmod(0o755)
+    (top / "closed").mkdir(mode=0o700)
+    data = {"proc": Path("/proc/x"), "closed parent": top / "closed" / "abx",
+            "umask 077": top / "new" / "deep" / "abx"}[case]
+    env = {"ABX_DATA_DIR": str(data)}
+    try:
+        checks = {c["name"]: c for c in abx("doctor", "--json", env=env, check=None)
+                  .json()["checks"]}
+        old = os.umask(0o077)
+        try:
+            created = abx("sandbox", "create", "--json", env=env, check=None, timeout=120)
+        finally:
+            os.umask(old)
+        if case != "umask 077":
+            assert not checks["data dir"]["ok"] and checks["data dir"]["required"]
+            assert created.code == 1 and checks["data dir"]["fix"] in created.err, created
+            assert "runc run failed" not in created.err  # refused before any runc
+            assert not data.exists()
+            return
+        assert checks["data dir"]["ok"], checks["data dir"]
+        assert created.code == 0, created
+        sandbox_id = created.json()["sandbox_id"]
+        assert abx("sandbox", "exec", sandbox_id, "echo ran", env=env).out == "ran\n"
+        assert oct((top / "new").stat().st_mode & 0o777) == "0o755"
+        abx("sandbox", "kill", sandbox_id, "--delete-volume", env=env)
+        abx("doctor", "--cleanup", env=env)
+    finally:
+        shutil.rmtree(top)
 
 
 COMMANDS = [

@@ -17,7 +17,7 @@ from typing import Any
 import httpx2 as httpx
 import pytest
 
-from agent_sandbox.server.process import free_port
+from agent_sandbox.surfaces.gateway.process import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +28,7 @@ Abx = Any  # the ``abx`` fixture of tests/cli/conftest.py
 
 
 def _exe() -> list[str]:
-    return [str(ABX)] if ABX.exists() else [sys.executable, "-m", "agent_sandbox.cli"]
+    return [str(ABX)] if ABX.exists() else [sys.executable, "-m", "agent_sandbox.surfaces.cli"]
 
 
 class Served:
@@ -166,7 +166,7 @@ def test_serve_unix_and_daemon_status(abx: Abx, tmp_path: Path, keys_file: Path,
 
 def test_daemon_install_writes_the_unit(abx: Abx, tmp_path: Path,
                                         abx_group_restored: None) -> None:
-    from agent_sandbox.cli.daemon_cmd import systemd_running
+    from agent_sandbox.surfaces.cli.daemon_cmd import systemd_running
 
     unit_dir = tmp_path / "units"
     r = abx("daemon", "install", "--unit-dir", str(unit_dir))
@@ -208,7 +208,7 @@ def test_daemon_install_custom_socket_and_data_dir(abx: Abx, tmp_path: Path,
 
 def test_daemon_install_enables_and_starts_under_systemd(abx: Abx, tmp_path: Path,
                                                          abx_group_restored: None) -> None:
-    from agent_sandbox.cli.daemon_cmd import DEFAULT_UNIT_DIR, UNIT_NAME, systemd_problem
+    from agent_sandbox.surfaces.cli.daemon_cmd import DEFAULT_UNIT_DIR, UNIT_NAME, systemd_problem
 
     problem = systemd_problem()
     if problem:

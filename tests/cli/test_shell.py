@@ -34,7 +34,7 @@ ABX = Path(sys.executable).parent / "abx"  # as tests/cli/conftest.py finds it
 
 
 def _abx() -> list[str]:
-    return [str(ABX)] if ABX.exists() else [sys.executable, "-m", "agent_sandbox.cli"]
+    return [str(ABX)] if ABX.exists() else [sys.executable, "-m", "agent_sandbox.surfaces.cli"]
 
 
 def _base_env(**extra: str) -> dict[str, str]:
@@ -188,8 +188,8 @@ def test_shell_on_this_hosts_engine(terminals: Any) -> None:
 
 
 def test_shell_through_a_gateway(terminals: Any) -> None:
-    from agent_sandbox.server.keys import KeyStore
-    from agent_sandbox.server.process import GatewayProcess
+    from agent_sandbox.surfaces.gateway.process import GatewayProcess
+    from agent_sandbox.surfaces.http.keys import KeyStore
 
     keys_file = str(Path(tempfile.mkdtemp(prefix="abx-shell-keys-")) / "keys.db")
     _, token = KeyStore(keys_file).create("shell-test")
@@ -206,7 +206,7 @@ def test_shell_through_a_gateway(terminals: Any) -> None:
             pid = int(term.screen.expect(r"pid=(\d+)").group(1))
             term.proc.send_signal(signal.SIGHUP)
             assert term.wait() == 128 + signal.SIGHUP
-            from agent_sandbox.providers.remote import RemoteProvider
+            from agent_sandbox.remote import RemoteProvider
 
             assert RemoteProvider(gateway.url, token).pty_open(sid, pid).wait(15) == 137
         finally:
@@ -264,7 +264,7 @@ def test_shell_through_the_daemon_as_a_local_user(terminals: Any, local_users: A
 
 def test_shell_on_the_rootless_engine_as_a_local_user(terminals: Any,
                                                       local_users: Any) -> None:
-    from agent_sandbox.runtime import subids
+    from agent_sandbox.backends.runc.host import subids
 
     subids.reserve()  # before useradd: the user's subuids must not be the root engine's
     user = local_users.create()

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 from conftest import Abx
 
-from agent_sandbox.cli import mcp_server, runstate, stdio_launch
-from agent_sandbox.cli import settings as cli_settings_module
-from agent_sandbox.settings import Settings, env_name
+from agent_sandbox.config.settings import Settings, env_name
+from agent_sandbox.surfaces.cli import mcp_server, runstate, stdio_launch
+from agent_sandbox.surfaces.cli import settings as cli_settings_module
 
 CLI_ONLY = ("typer", "rich", "click", "pydantic", "pydantic_settings",
-            "agent_sandbox.cli.app", "agent_sandbox.cli.settings", "agent_sandbox.settings")
+            "agent_sandbox.surfaces.cli.app", "agent_sandbox.surfaces.cli.settings",
+            "agent_sandbox.config.settings")
 
 
 def test_variable_names_are_the_settings_ones() -> None:
@@ -118,6 +119,6 @@ def test_abx_mcp_start_execs_the_server_without_the_cli(abx: Abx) -> None:
     starts = [i for i, line in enumerate(lines) if "imported package" in line]
     assert len(starts) == 2, "expected the launcher and then the exec'd server"
     launcher = {line.rsplit("|", 1)[1].strip() for line in lines[starts[0] + 1:starts[1]]}
-    assert "agent_sandbox.cli.stdio_launch" in launcher
+    assert "agent_sandbox.surfaces.cli.stdio_launch" in launcher
     assert not launcher & set(CLI_ONLY), launcher & set(CLI_ONLY)
     assert "  template: base\n" in err  # from ~/.abx/config

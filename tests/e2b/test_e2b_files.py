@@ -139,7 +139,7 @@ def test_watch_dir_polling(e2b_sandbox: Any) -> None:
     assert (FilesystemEventType.WRITE, "w.txt") in seen
     assert (FilesystemEventType.RENAME, "w.txt") in seen
     assert (FilesystemEventType.CREATE, "renamed.txt") in seen
-    assert not [n for _, n in seen if ".abx-" in n or "not-seen" in n], seen
+    assert not [n for _, n in seen if ".abx" in n or "not-seen" in n], seen
     handle.stop()
     with pytest.raises(SandboxException):
         handle.get_new_events()
@@ -215,7 +215,7 @@ def test_symlink_out_of_the_tree_resolves_in_the_sandbox(e2b_gateway: E2BGateway
                                                          e2b_sandbox: Any) -> None:
     from e2b import FileType
 
-    from agent_sandbox.providers.remote.provider import RemoteProvider
+    from agent_sandbox.remote.provider import RemoteProvider
 
     # Made with the gateway's own API (the Process service is another part of the work).
     ours = RemoteProvider(e2b_gateway.url, e2b_gateway.keys["a"], retry_seconds=5)
@@ -330,3 +330,26 @@ def test_watchers_are_bounded(e2b_sandbox: Any) -> None:
             return None
 
     _until(again, "a free watch").stop()
+
+
+def test_a_locked_file_answers_e2b_writers_with_retry_later(e2b_gateway: E2BGateway,
+                                                            e2b_sandbox: Any) -> None:
+    """Issue 29: E2B's /files and envd's filesystem service meet the guest's locks too."""
+    import httpx2 as httpx
+    from e2b.exceptions import SandboxException
+
+    path = "/home/user/locked.txt"
+    e2b_sandbox.files.write(path, "before")
+    base = f"{e2b_gateway.url}/v1/sandboxes/{e2b_sandbox.sandbox_id}/files"
+    auth = {"Authorization": f"Bearer {e2b_gateway.keys['a']}"}
+    held = httpx.post(f"{base}/lock", json={"path": path, "ttl": 30}, headers=auth)
+    assert held.status_code == 200, held.text
+    with pytest.raises(SandboxException, match="locked by a: rest"):
+        e2b_sandbox.files.write(path, "not now")
+    with pytest.raises(SandboxException, match="locked by a: rest"):
+        e2b_sandbox.files.remove(path)
+    token = held.json()["token"]
+    assert httpx.post(f"{base}/unlock", json={"path": path, "token": token},
+                      headers=auth).status_code == 204
+    e2b_sandbox.files.write(path, "after")
+    assert e2b_sandbox.files.read(path) == "after"

@@ -13,13 +13,9 @@ pytestmark = pytest.mark.integration
 
 
 def _calls(sb: object) -> dict[str, Callable[[], object]]:
-    from e2b import Sandbox, Volume
+    from e2b import Volume
 
     return {
-        "metrics": lambda: sb.get_metrics(),  # type: ignore[attr-defined]
-        "snapshot": lambda: sb.create_snapshot(),  # type: ignore[attr-defined]
-        "list snapshots": lambda: Sandbox.list_snapshots().next_items(),
-        "fork": lambda: sb.fork(),  # type: ignore[attr-defined]
         "volume": lambda: Volume.create("data"),
     }
 

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from agent_sandbox.runtime.guest_client import GuestClient
+from agent_sandbox.guestlink.client import GuestClient
 
 AGENT = Path(__file__).resolve().parents[2] / "agent_sandbox" / "guest" / "agent.py"
 # The guest runs on the template's python3 (3.9+); set this to test another interpreter.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tarfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,9 +14,9 @@ from _agent import running_guest
 from _tars import END, chunks_of, member, packed, stream, tree, unpack
 from lyingguest import lying_guests
 
-from agent_sandbox.errors import InvalidArgumentError, NotFoundError, SandboxError
+from agent_sandbox.core.errors import InvalidArgumentError, NotFoundError, SandboxError
 from agent_sandbox.guest import protocol as proto
-from agent_sandbox.runtime.guest_client import GuestClient
+from agent_sandbox.guestlink.client import GuestClient
 from agent_sandbox.sdk import dirs
 
 
@@ -60,6 +61,39 @@ def test_uploads_never_write_through_planted_symlinks(client: GuestClient,
         "planted/passwd: goes through the symlink planted; skipped",
         "../victim/passwd: an absolute name or one with '..' in it; skipped",
         f"{victim / 'passwd'}: an absolute name or one with '..' in it; skipped"])
+
+
+def test_uploads_made_for_a_user_are_theirs(client: GuestClient, tmp_path: Path) -> None:
+    """What tar_in makes for ``user`` is theirs (the target, the directories made for it,
+    files, directories, links); what existed keeps its owner, a replaced file too; and a
+    link is given away itself, never what it points to."""
+    nobody = (65534, 65534)  # the host's account: this guest reads the host's /etc/passwd
+    victim = tmp_path / "victim"
+    victim.write_text("root's")
+    dst = tmp_path / "up"
+    (dst / "old").mkdir(parents=True)
+    (dst / "kept").write_text("4242's")
+    os.chown(dst / "kept", 4242, 4242)
+    summary = client.write_tar(str(dst / "new" / "deep"), [stream(
+        member("d/", kind=tarfile.DIRTYPE, mode=0o755), member("d/f", b"f"),
+        member("link", kind=tarfile.SYMTYPE, link=str(victim)))], user="nobody")
+    assert summary["skipped"] == []
+    client.write_tar(str(dst), [stream(member("old/g", b"g"), member("kept", b"new"))],
+                     user="nobody")
+
+    def owner(*parts: str) -> tuple[int, int]:
+        st = os.lstat(dst.joinpath(*parts))
+        return st.st_uid, st.st_gid
+
+    made = [("new",), ("new", "deep"), ("new", "deep", "d"), ("new", "deep", "d", "f"),
+            ("new", "deep", "link"), ("old", "g")]
+    assert {p: owner(*p) for p in made} == {p: nobody for p in made}
+    assert owner() == owner("old") == (0, 0) and victim.stat().st_uid == 0
+    assert owner("kept") == (4242, 4242) and (dst / "kept").read_text() == "new"
+    client.write_tar(str(dst), [stream(member("rootfile", b"r"))])  # default: root's
+    assert owner("rootfile") == (0, 0)
+    with pytest.raises(InvalidArgumentError, match="'user' must be an account name"):
+        client.write_tar(str(dst), [stream(member("x", b"x"))], user="no body")
 
 
 def test_guest_errors_are_clear(client: GuestClient, tmp_path: Path) -> None:

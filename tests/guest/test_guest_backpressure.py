@@ -19,7 +19,7 @@ from _agent import running_guest
 from agent_sandbox.guest.limits import SUB_BACKLOG, SUB_STALL
 from agent_sandbox.guest.proc import Proc, Subscriber
 from agent_sandbox.guest.proc_table import exit_code
-from agent_sandbox.runtime.guest_client import GuestClient
+from agent_sandbox.guestlink.client import GuestClient
 
 
 def _seq(n: int) -> bytes:

@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 from _agent import AGENT, GUEST_PYTHON
 
-from agent_sandbox.errors import InvalidArgumentError, NotFoundError, WrongStateError
-from agent_sandbox.runtime.guest_client import GuestClient, GuestUnavailableError
+from agent_sandbox.core.errors import InvalidArgumentError, NotFoundError, WrongStateError
+from agent_sandbox.guest import ops as guest_ops
+from agent_sandbox.guestlink.client import GuestClient, GuestUnavailableError
 
 
 def _start_guest(
@@ -395,10 +396,10 @@ def test_malformed_frames_do_not_crash(client: GuestClient) -> None:
             pass
         sock.close()
         assert client.ping()["version"] == 1
-    known = ("exec, exists, freeze, kill, list, mkdir, output, ping, port_connect, ps, pty_attach,"
-             " pty_create,"
-             " pty_kill, pty_list, read, remove, rename, stat, stdin, tar_in, tar_out, thaw,"
-             " wait, watch, write")
+    # The op table (guest/ops.py) is the one list: every op it names (HELLO is the
+    # handshake's frame, not an op), and only those.
+    known = ", ".join(sorted(v for k, v in vars(guest_ops).items()
+                             if k.isupper() and isinstance(v, str) and k != "HELLO"))
     with pytest.raises(InvalidArgumentError, match=f"unknown op 'frobnicate'; known ops: {known}$"):
         client._call({"op": "frobnicate"})
 
@@ -477,3 +478,60 @@ def test_output_of_a_tail_bigger_than_a_frame(client: GuestClient) -> None:
     out = client.output(pid, max_output=8 << 20)
     assert (len(out.stdout), out.stderr, out.exit_code) == (big, b"tail\n", 0)
     assert set(out.stdout) == {ord("a")} and not out.truncated
+
+
+def test_the_op_table_is_what_the_guest_serves_and_the_host_calls() -> None:
+    """guest/ops.py names every operation once: the guest serves exactly those (HELLO is
+    the connection's first frame, not an operation), and the host sends no other."""
+    import re
+    from pathlib import Path
+
+    from agent_sandbox.guest import ops
+    from agent_sandbox.guest.server import Agent
+
+    table = {v for k, v in vars(ops).items() if k.isupper()}
+    agent = Agent(None)
+    assert {op for op in table if agent.handler(op) is not None} == table - {ops.HELLO}
+    assert set(agent.ops) == table - {ops.HELLO}
+    host = Path(ops.__file__).parents[1]
+    for source in [*host.glob("guestlink/*.py"), *host.glob("service/**/*.py")]:
+        assert not re.search(r'"op": "(?!execute")', source.read_text()), source
+
+
+def test_pid_1_answers_before_it_imports_what_a_first_command_does_not_need() -> None:
+    """Every cold create waits for pid 1's imports: the terminal, watch, archive and port
+    operations (and ctypes) are left out of its start, then loaded once, on first use."""
+    import subprocess
+    import sys
+
+    from agent_sandbox.guest import SOURCE_DIR, ops
+    from agent_sandbox.guest.server import LATER, Agent
+
+    probe = (f"import sys; sys.path.insert(0, {str(SOURCE_DIR)!r}); import agent; "
+             "import os; agent._not_dumpable() if os.geteuid() == 0 else None; "
+             f"print(sorted(set(sys.modules) & set({sorted([*LATER, 'ctypes'])!r})))")
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", probe], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "[]"
+    agent = Agent(None)
+    later = {op for names in LATER.values() for op in names}
+    assert not set(agent.ops) & later
+    first = agent.handler(ops.PTY_LIST)
+    assert first is not None and agent.handler(ops.PTY_LIST) == first  # one PtyOps
+    assert agent.handler(ops.PTY_CREATE).__self__ is first.__self__  # type: ignore[union-attr]
+
+
+def test_a_guest_whose_code_the_sandbox_could_write_imports_everything_at_start(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A late import finds its module by path: from a writable guest directory (a Pod's
+    image layer) nothing is left for later, once sandbox code runs."""
+    from agent_sandbox.guest import agent as guest_agent
+    from agent_sandbox.guest import ops
+    from agent_sandbox.guest.server import LATER
+
+    later = {op for names in LATER.values() for op in names}
+    monkeypatch.setattr(guest_agent, "_read_only", lambda path: False)
+    assert later <= set(guest_agent.new_agent(None).ops)
+    monkeypatch.setattr(guest_agent, "_read_only", lambda path: True)
+    assert not later & set(guest_agent.new_agent(None).ops)
+    assert ops.PING in guest_agent.new_agent(None).ops

@@ -14,7 +14,7 @@ import pytest
 from _agent import running_guest
 from ptyscreen import Screen
 
-from agent_sandbox.errors import (
+from agent_sandbox.core.errors import (
     InvalidArgumentError,
     NotFoundError,
     ResourceExhaustedError,
@@ -22,8 +22,8 @@ from agent_sandbox.errors import (
 )
 from agent_sandbox.guest import protocol as proto
 from agent_sandbox.guest.limits import PTY_LIVE_CAP, PTY_RING, PTY_VIEWERS_CAP
-from agent_sandbox.runtime.guest_client import GuestClient
-from agent_sandbox.runtime.guest_pty import GuestPty, open_pty, pty_kill
+from agent_sandbox.guestlink.client import GuestClient
+from agent_sandbox.guestlink.pty import GuestPty, open_pty, pty_kill
 
 SHELL = ["/bin/bash", "--norc", "--noprofile", "-i"]
 ENV = {"PATH": "/usr/bin:/bin", "PS1": "$ ", "TERM": "xterm", "LANG": "C.UTF-8"}

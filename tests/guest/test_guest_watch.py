@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from _agent import running_guest
 
-from agent_sandbox.errors import InvalidArgumentError, NotFoundError, ResourceExhaustedError
-from agent_sandbox.models import FilesystemEvent
-from agent_sandbox.runtime.guest_client import GuestClient
-from agent_sandbox.runtime.guest_watch import GuestWatch
+from agent_sandbox.core.errors import InvalidArgumentError, NotFoundError, ResourceExhaustedError
+from agent_sandbox.core.models import FilesystemEvent
+from agent_sandbox.guestlink.client import GuestClient
+from agent_sandbox.guestlink.watch import GuestWatch
 
 WAIT = 10.0  # generous: events come within a second (bench/watch_latency.py measures)
 

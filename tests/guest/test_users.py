@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from agent_sandbox.core import validate
 from agent_sandbox.guest import users
 from agent_sandbox.guest.errors import GuestError
-from agent_sandbox.runtime import validate
 
 
 @pytest.fixture

@@ -26,9 +26,9 @@ import k8sdeploy
 import pytest
 import yaml
 
-from agent_sandbox.cli import deploy_k8s_manifests as m
-from agent_sandbox.providers.remote import RemoteProvider
-from agent_sandbox.server.process import free_port
+from agent_sandbox.providers.deploy import kubernetes_gateway as m
+from agent_sandbox.remote import RemoteProvider
+from agent_sandbox.surfaces.gateway.process import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -131,7 +131,7 @@ def test_gateway_serves_with_only_its_rights_as_non_root(k8s_cluster: Any) -> No
         env.update(ABX_DATA_DIR=str(data), ABX_K8S_KUBECONFIG=str(kubeconfig))
         with open(log_path, "wb") as log_file:  # a file: a full pipe would stall it
             proc = subprocess.Popen(
-                _as_gateway_user([sys.executable, "-m", "agent_sandbox.cli.main",
+                _as_gateway_user([sys.executable, "-m", "agent_sandbox.surfaces.cli.main",
                                   *command[1:]]),
                 env=env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
                 cwd=str(home))
@@ -160,7 +160,7 @@ def test_gateway_serves_with_only_its_rights_as_non_root(k8s_cluster: Any) -> No
         # A key made in the running gateway's data dir, as `kubectl exec ... abx keys
         # create` does in the Pod, works at once.
         made = subprocess.run(
-            _as_gateway_user([sys.executable, "-m", "agent_sandbox.cli.main", "keys",
+            _as_gateway_user([sys.executable, "-m", "agent_sandbox.surfaces.cli.main", "keys",
                               "create", "--name", "alice"]),
             env=env, capture_output=True, text=True, timeout=60, cwd=str(home))
         assert made.returncode == 0, made.stderr

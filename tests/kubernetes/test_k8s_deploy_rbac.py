@@ -13,7 +13,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-# What the provider does in its own namespace (providers/kubernetes/cluster.py).
+# What the provider does in its own namespace (backends/kubernetes/cluster.py).
 ALLOWED = [(verb, resource) for resource in ("pods", "secrets", "persistentvolumeclaims")
            for verb in ("create", "get", "list", "patch", "delete")] + [
     ("create", "networkpolicies.networking.k8s.io"),

@@ -39,7 +39,7 @@ import pytest
 from k8spods import guest_token, provider_env, py, quiet_kill, running_pod
 
 from agent_sandbox import Sandbox
-from agent_sandbox.providers.kubernetes import objects
+from agent_sandbox.backends.kubernetes import objects
 
 pytestmark = pytest.mark.integration
 
@@ -389,3 +389,26 @@ for p in os.listdir("/proc"):
 print(json.dumps(found + [json.dumps(dict(os.environ))]))
 """)
     assert not any(token in text for text in seen)
+
+
+
+def test_pid1_imports_nothing_the_sandbox_wrote(fleet: list[Sandbox], tmp_path: Path) -> None:
+    """A Pod's guest code (first on pid 1's path) and python are in the image's writable
+    layer: modules planted there after start (a guest module imported on first use, a
+    stdlib name) never run in pid 1, and the guest still serves the operations that
+    would have imported them."""
+    sb = fleet[0]
+    names = ("dir_unpack", "tarfile", "shutil", "subprocess")
+    code = "open('/workspace/pwned', 'a').write(__name__ + ' ')"
+    made = sb.commands.run("; ".join(f'echo "{code}" > /.abx/guest/{n}.py' for n in names))
+    assert made.exit_code == 0, made.stderr
+    try:
+        (tmp_path / "up").mkdir()
+        (tmp_path / "up" / "f").write_text("x")
+        sb.files.upload_dir(tmp_path / "up", "/workspace/up")
+        sb.files.download_dir("/workspace/up", tmp_path / "down")
+        assert (tmp_path / "down" / "f").read_text() == "x"
+        sb.pty.create().kill()
+        assert sb.commands.run("cat /workspace/pwned 2>/dev/null").stdout == ""
+    finally:
+        sb.commands.run("rm -f " + " ".join(f"/.abx/guest/{n}.py" for n in names))

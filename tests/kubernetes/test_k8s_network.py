@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agent_sandbox.errors import InvalidArgumentError
+from agent_sandbox.core.errors import InvalidArgumentError
 
 pytestmark = pytest.mark.integration
 

@@ -9,42 +9,42 @@ from typing import Any
 
 import pytest
 
-from agent_sandbox.providers.kubernetes.config import cluster_config
-from agent_sandbox.providers.kubernetes.provider import KubernetesProvider
-from agent_sandbox.settings import Settings
+from agent_sandbox.config.settings import Settings
+from agent_sandbox.providers.kubernetes import kubernetes_service
+from agent_sandbox.service.service import SandboxService
 
 pytestmark = pytest.mark.integration
 
 
-def _pooled(provider: KubernetesProvider) -> list[str]:
+def _pooled(provider: SandboxService) -> list[str]:
     return [s["metadata"]["labels"]["abx.dev/sandbox"]
-            for s in provider.supervisor.pool._pooled("base")]
+            for s in provider.backend.supervisor.pool.pooled("base")]
 
 
-def _fill(provider: KubernetesProvider, size: int) -> list[str]:
+def _fill(provider: SandboxService, size: int) -> list[str]:
     deadline = time.monotonic() + 120
     while len(_pooled(provider)) < size:
         assert time.monotonic() < deadline, "the pool did not fill in 120 s"
-        provider.reap_once()
+        provider.backend.pass_once()
     return _pooled(provider)
 
 
 def test_a_create_claims_a_warm_sandbox_with_one_write(k8s_cluster: Any) -> None:
     settings = Settings(**k8s_cluster.env, ABX_POOL_SIZE="1", ABX_POOL_TEMPLATES="base")
-    provider = KubernetesProvider(cluster_config(settings), settings)
+    provider = kubernetes_service(settings)
     made: list[str] = []
     try:
         (warm,) = _fill(provider, 1)
         assert warm not in {s.sandbox_id for s in provider.list()}  # pooled: not listed
         writes: list[str] = []
-        patch = provider.cluster.patch
-        provider.cluster.patch = lambda kind, name, body: (  # type: ignore[method-assign]
+        patch = provider.backend.cluster.patch
+        provider.backend.cluster.patch = lambda kind, name, body: (  # type: ignore[method-assign]
             writes.append(kind), patch(kind, name, body))[1]
         started = time.perf_counter()
         info = provider.create(template="base", metadata={"who": "a"}, owner="key-a",
                                timeout=120)
         claimed_in = time.perf_counter() - started
-        provider.cluster.patch = patch  # type: ignore[method-assign]
+        provider.backend.cluster.patch = patch  # type: ignore[method-assign]
         made.append(info.sandbox_id)
         assert info.sandbox_id == warm and writes == ["Secret"]
         assert (info.owner, info.metadata, info.timeout) == ("key-a", {"who": "a"}, 120)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from agent_sandbox.errors import SandboxError
+from agent_sandbox.core.errors import SandboxError
 
 pytestmark = pytest.mark.integration
 PIDS = Path(os.environ.get("ABX_K8S_STATE", "/var/lib/abx-k8s")) / "pids"

@@ -13,8 +13,8 @@ from gateways import running_gateway
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from agent_sandbox.errors import NotFoundError
-from agent_sandbox.providers.remote import RemoteProvider
+from agent_sandbox.core.errors import NotFoundError
+from agent_sandbox.remote import RemoteProvider
 
 pytestmark = pytest.mark.integration
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -30,7 +30,7 @@ def test_mcp_over_stdio_drives_pods(k8s_cluster: Any) -> None:
     env = {**os.environ, **k8s_cluster.env, "ABX_MCP_AUDIT_LOG": "",
            "ABX_MCP_TEMPLATE": "base", "ABX_POOL_SIZE": "0"}
     params = StdioServerParameters(command=sys.executable,
-                                   args=["-m", "agent_sandbox.agent.mcp"], env=env, cwd=ROOT)
+                                   args=["-m", "agent_sandbox.surfaces.mcp"], env=env, cwd=ROOT)
 
     async def body() -> str:
         async with Client(params, mode="legacy") as client:

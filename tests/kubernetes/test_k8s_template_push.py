@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from agent_sandbox.providers.kubernetes.catalog import Catalog
+from agent_sandbox.backends.kubernetes.catalog import Catalog
 
 pytestmark = pytest.mark.integration
 
 
 def _push_json(env: dict[str, str]) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, "-m", "agent_sandbox.cli", "template", "push", "base",
+        [sys.executable, "-m", "agent_sandbox.surfaces.cli", "template", "push", "base",
          "--load-lab", "--json"], env={**os.environ, **env}, capture_output=True, text=True,
         timeout=900)
     assert done.returncode == 0, done.stderr

@@ -7,16 +7,36 @@ part way), or a fresh process's recovery and a survey of what it left.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import struct
 import sys
 from pathlib import Path
 
-from agent_sandbox.errors import SandboxError
+from agent_sandbox.core.errors import SandboxError
 from agent_sandbox.providers.local import local_provider
 
 BIG = "/workspace/big.bin"
+_LOOP_GET_STATUS64 = 0x4C05
+_LOOP_INFO64 = 232  # struct loop_info64; its lo_file_name[64] is at offset 56
+
+
+def _loop_names() -> list[str]:
+    """What each bound loop device was told its backing file is (the engine gives the
+    full path there; sysfs shows only /<image name>, opened through a detached mount)."""
+    names = []
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        with contextlib.suppress(OSError):  # freed meanwhile
+            fd = os.open(f"/dev/{backing.parent.parent.name}", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                info = fcntl.ioctl(fd, _LOOP_GET_STATUS64, bytes(_LOOP_INFO64))
+            finally:
+                os.close(fd)
+            names.append(struct.unpack_from("64s", info, 56)[0].split(b"\0")[0].decode())
+    return names
 
 
 def step(op: str, sandbox_id: str) -> None:
@@ -36,6 +56,10 @@ def step(op: str, sandbox_id: str) -> None:
         engine.kill(sandbox_id, delete_volume=True)
     elif op == "write":
         engine.write_file(sandbox_id, BIG, os.urandom(8 << 20))
+    elif op == "snapshot":
+        print(engine.snapshot(sandbox_id).snapshot_id, flush=True)
+    elif op == "fork":  # sandbox_id is a snapshot's id here
+        print(engine.create(snapshot=sandbox_id).sandbox_id, flush=True)
     elif op == "race":  # pause/resume/kill from two processes at once; errors reported
         errors = []
         for i in range(20):
@@ -53,7 +77,7 @@ def survey() -> None:
     engine = local_provider()  # its start is the recovery under test
     data = engine.config.data_dir
     live = {s.sandbox_id: s for s in engine.list()}
-    rows = {r.id: r.state for r in engine.store.list_sandboxes()}
+    rows = {r.id: r.state for r in engine.backend.store.list_sandboxes()}
     usable = {}
     for sandbox_id in live:
         try:
@@ -62,18 +86,16 @@ def survey() -> None:
             usable[sandbox_id] = f"{exc.code}: {exc}"
     mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
               if line.split()[4].startswith(str(data / "sandboxes") + "/")]
-    loops = []
-    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
-        name = backing.read_text().strip()
-        if name.startswith(str(data)):
-            loops.append(name)
+    loops = [name for name in _loop_names() if name.startswith(str(data))]
     trash = [str(p) for p in (data / "sandboxes").glob("*/disk/.trash-*")]
     volumes = {}
     for vol in engine.list_volumes():
         volumes[vol.volume_id] = vol.attached_to
+    snapshots = {s.snapshot_id: s.sandbox_id for s in engine.list_snapshots()}
     print(json.dumps({
-        "rows": rows, "usable": usable, "volumes": volumes,
-        "containers": engine.runc.list_ids(),
+        "rows": rows, "usable": usable, "volumes": volumes, "snapshots": snapshots,
+        "snapshot_temps": sorted(p.name for p in (data / "snapshots").glob(".new-*")),
+        "containers": engine.backend.runc.list_ids(),
         "dirs": sorted(p.name for p in (data / "sandboxes").iterdir()),
         "mounts": mounts, "loops": loops, "trash": trash,
     }), flush=True)

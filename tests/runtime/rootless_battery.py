@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_sandbox.runtime.config import default_data_dir
+from agent_sandbox.config.engine import default_data_dir
 
 os.environ.setdefault("ABX_DATA_DIR", str(default_data_dir()))  # test_hostile reads it
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # netprobe, as conftest has it

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agent_sandbox import Sandbox
-from agent_sandbox.errors import NotFoundError
+from agent_sandbox.core.errors import NotFoundError
 
 pytestmark = pytest.mark.integration
 
@@ -160,10 +160,10 @@ def test_pause_and_resume_keep_the_kernel(fresh: Sandbox) -> None:
 
 
 def test_engine_restart_reconnects(fresh: Sandbox) -> None:
-    from agent_sandbox.runtime.engine import Engine
+    from agent_sandbox.providers.local import embedded_service
 
     fresh.run_code("w = 'still here'")
-    other = Engine(reaper=False)  # another engine process would do the same
+    other = embedded_service(reaper=False)  # another engine process would do the same
     try:
         r = other.run_code(fresh.sandbox_id, "w")
         assert r.text == "'still here'" and not r.kernel_restarted
@@ -198,7 +198,7 @@ def test_reset_rootfs_drops_pip_installs_keeps_workspace(fresh: Sandbox) -> None
 
 
 def test_bad_language() -> None:
-    from agent_sandbox.errors import InvalidArgumentError
+    from agent_sandbox.core.errors import InvalidArgumentError
 
     with Sandbox.create(template=TEMPLATE) as s, pytest.raises(InvalidArgumentError):
         s.run_code("1", language="r")

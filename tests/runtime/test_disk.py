@@ -7,7 +7,7 @@ import subprocess
 import threading
 from pathlib import Path
 
-from agent_sandbox.runtime import disk
+from agent_sandbox.backends.runc.rootfs import disk
 
 
 def test_blank_image_made_by_racing_threads_is_sound(tmp_path: Path) -> None:

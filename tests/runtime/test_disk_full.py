@@ -20,10 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from agent_sandbox.errors import ResourceExhaustedError
-from agent_sandbox.runtime import supervisor, syscalls
-from agent_sandbox.runtime.config import EngineConfig
-from agent_sandbox.runtime.engine import Engine
+from agent_sandbox.backends.runc import supervisor
+from agent_sandbox.backends.runc.host import syscalls
+from agent_sandbox.config.engine import EngineConfig
+from agent_sandbox.core.errors import ResourceExhaustedError
+from agent_sandbox.providers.local import embedded_service
+from agent_sandbox.service.service import SandboxService
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -89,13 +91,13 @@ def small_host() -> Iterator[Path]:
         top.rmdir()
 
 
-def _json(engine: Engine, sandbox_id: str, script: str, *args: str) -> dict[str, object]:
+def _json(engine: SandboxService, sandbox_id: str, script: str, *args: str) -> dict[str, object]:
     res = engine.run(sandbox_id, "python3 - " + " ".join(args), stdin=script, timeout=120)
     assert res.exit_code == 0, res
     return json.loads(res.stdout)
 
 
-def _admit_until_refused(engine: Engine) -> list[str]:
+def _admit_until_refused(engine: SandboxService) -> list[str]:
     ids: list[str] = []
     for _ in range(2 * HOST_MB // DISK_MB):  # twice what the host holds, if all were admitted
         try:
@@ -116,7 +118,7 @@ def _take_the_rest(host: Path, leave_mb: int) -> None:
         os.close(fd)
 
 
-def _fill_all(engine: Engine, ids: list[str]) -> dict[str, dict[str, object]]:
+def _fill_all(engine: SandboxService, ids: list[str]) -> dict[str, dict[str, object]]:
     results: dict[str, dict[str, object]] = {}
 
     def fill(sandbox_id: str) -> None:
@@ -137,7 +139,7 @@ def _fsck(image: Path) -> None:
 
 def test_a_full_host_disk_loses_no_write(small_host: Path) -> None:
     data = small_host / "data"
-    engine = Engine(EngineConfig(data_dir=data, host_reserve_mb=RESERVE_MB), reaper=False)
+    engine = embedded_service(EngineConfig(data_dir=data, host_reserve_mb=RESERVE_MB), reaper=False)
     try:
         ids = _admit_until_refused(engine)
         assert len(ids) >= 3, f"only {len(ids)} sandboxes admitted"
@@ -176,5 +178,5 @@ def test_a_full_host_disk_loses_no_write(small_host: Path) -> None:
         for volume in engine.list_volumes():
             engine.delete_volume(volume.volume_id)
         engine.close()
-        engine.release_host_mounts()
+        engine.backend.release_host_mounts()
         supervisor.stop(data)

@@ -19,12 +19,17 @@ from pathlib import Path
 import pytest
 from lyingguest import Reply, lying_guests
 
-from agent_sandbox.cancel import CallCancel
-from agent_sandbox.errors import CancelledCallError, SandboxTimeoutError
+from agent_sandbox.core.cancel import CallCancel
+from agent_sandbox.core.errors import (
+    CancelledCallError,
+    NotFoundError,
+    SandboxError,
+    SandboxTimeoutError,
+)
 from agent_sandbox.guest import protocol as proto
-from agent_sandbox.runtime import guest_client
-from agent_sandbox.runtime.guest_channel import GuestUnavailableError
-from agent_sandbox.runtime.guest_client import GuestClient, GuestProtocolError
+from agent_sandbox.guestlink import client as guest_client
+from agent_sandbox.guestlink.channel import GuestUnavailableError
+from agent_sandbox.guestlink.client import GuestClient, GuestProtocolError
 
 pytestmark = pytest.mark.integration
 
@@ -173,3 +178,15 @@ def test_cancelling_a_call_mid_frame_is_a_cancel(liar) -> None:
     threading.Thread(target=cancel_mid_frame, daemon=True).start()
     exc = _within(10, lambda: call.run(client.exec, ["yes"], detach=True))
     assert isinstance(exc, CancelledCallError), exc
+
+
+def test_a_guest_cannot_answer_for_the_gateway(liar) -> None:
+    """A guest's error code is one of its own failures: 'unauthenticated' from it would be
+    a 401 to the gateway's caller (the console signs out, the call goes unaudited)."""
+    for code in ("unauthenticated", "permission_denied", "made_up"):
+        reply = {"error": {"code": code, "message": "no"}}
+        exc = _within(10, GuestClient(liar(lambda c, r, x=reply: proto.send_frame(c, x))).ping)
+        assert type(exc) is SandboxError and exc.code == "internal", (code, exc)
+    reply = {"error": {"code": "not_found", "message": "gone"}}
+    exc = _within(10, GuestClient(liar(lambda c, r: proto.send_frame(c, reply))).ping)
+    assert isinstance(exc, NotFoundError)

@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from agent_sandbox.errors import SandboxTimeoutError, WrongStateError
+from agent_sandbox.core.errors import SandboxTimeoutError, WrongStateError
 from agent_sandbox.guest import protocol as proto
-from agent_sandbox.runtime import guest_pty
-from agent_sandbox.runtime.guest_client import GuestClient, GuestProtocolError
+from agent_sandbox.guestlink import pty as guest_pty
+from agent_sandbox.guestlink.client import GuestClient, GuestProtocolError
 
 Reply = Callable[[socket.socket], None]
 

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from agent_sandbox.guest import protocol as proto
-from agent_sandbox.runtime import guest_watch
-from agent_sandbox.runtime.guest_client import GuestClient, GuestProtocolError
+from agent_sandbox.guestlink import watch as guest_watch
+from agent_sandbox.guestlink.client import GuestClient, GuestProtocolError
 
 Stream = Callable[[socket.socket], None]
 STARTED = {"started": True, "backend": "inotify"}

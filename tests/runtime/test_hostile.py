@@ -22,7 +22,7 @@ import pytest
 from syscall_prelude import PRELUDE
 
 from agent_sandbox import Sandbox
-from agent_sandbox.models import CommandResult
+from agent_sandbox.core.models import CommandResult
 
 pytestmark = pytest.mark.integration
 

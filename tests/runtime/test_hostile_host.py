@@ -207,7 +207,8 @@ def test_host_views_of_sandbox_data_are_inert(sandbox: Sandbox) -> None:
     assert {str(sbdir / "disk"), str(sbdir / "rootfs")} <= set(under), under
     for mount in under:
         assert "nosuid" in mounts[mount] and "nodev" in mounts[mount], (mount, mounts[mount])
-    for mount in (m for m in mounts if m.startswith(str(data / "idmap") + "/")):
+    for mount in (m for m in mounts if m.startswith(str(data / "idmap") + "/")
+                  or m == str(data / "stage")):
         assert "nosuid" in mounts[mount] and "nodev" in mounts[mount], (mount, mounts[mount])
     # A local user tries the setuid shells (as the red team did).
     for shell in (sbdir / "disk" / "workspace" / "sh", sbdir / "rootfs/usr/local/bin/suid-sh"):

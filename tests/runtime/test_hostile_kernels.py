@@ -22,8 +22,8 @@ from test_hostile_host import _assert_never_connected, _host_listener, _within
 from test_hostile_host import tag as tag  # the fixture
 
 from agent_sandbox import Sandbox
-from agent_sandbox.errors import NotFoundError, SandboxError
-from agent_sandbox.models import Execution
+from agent_sandbox.core.errors import NotFoundError, SandboxError
+from agent_sandbox.core.models import Execution
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from agent_sandbox import Sandbox
-from agent_sandbox.runtime.port_forward import MAX_CONNECTIONS
+from agent_sandbox.guestlink.ports import MAX_CONNECTIONS
 
 pytestmark = pytest.mark.integration
 

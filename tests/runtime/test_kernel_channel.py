@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agent_sandbox.runtime.kernel_cell import MAX_CELL_OUTPUT, MAX_DEPTH, CellOutput
-from agent_sandbox.runtime.kernel_channel import (
+from agent_sandbox.guestlink.kernel_cell import MAX_CELL_OUTPUT, MAX_DEPTH, CellOutput
+from agent_sandbox.guestlink.kernel_channel import (
     CONTAINER_COST,
     MAX_CONTAINERS,
     MAX_EVENT,

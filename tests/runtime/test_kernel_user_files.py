@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_sandbox.runtime import confined
-from agent_sandbox.runtime.kernel_files import KernelFiles, KernelState
+from agent_sandbox.backends.runc.kernel_files import RunDirKernelFiles
+from agent_sandbox.backends.runc.rootfs import confined
+from agent_sandbox.service.code.files import KernelFiles, KernelState
 
 
 class _Host:
@@ -27,7 +28,7 @@ class _Host:
 @pytest.fixture
 def files(tmp_path: Path) -> KernelFiles:
     (tmp_path / "run").mkdir(mode=0o700)
-    return KernelFiles(_Host(tmp_path))  # type: ignore[arg-type]
+    return RunDirKernelFiles(_Host(tmp_path))  # type: ignore[arg-type]
 
 
 def test_a_directory_can_be_opened_beneath(tmp_path: Path) -> None:

@@ -36,9 +36,9 @@ from netprobe import (
     internet,
 )
 
-from agent_sandbox.netpolicy import parse
-from agent_sandbox.runtime import netproc
-from agent_sandbox.runtime.config import EngineConfig
+from agent_sandbox.backends.runc.netproxy import launch as netproc
+from agent_sandbox.config.engine import EngineConfig
+from agent_sandbox.core.network import parse
 
 pytestmark = [
     pytest.mark.integration,

@@ -22,9 +22,9 @@ from netprobe import (
 )
 
 from agent_sandbox import Sandbox
-from agent_sandbox.errors import InvalidArgumentError
+from agent_sandbox.backends.runc.netproxy import namespace as netns
+from agent_sandbox.core.errors import InvalidArgumentError
 from agent_sandbox.providers.local import local_provider
-from agent_sandbox.runtime import netns
 
 pytestmark = pytest.mark.integration
 
@@ -107,7 +107,7 @@ def test_set_network_switches_a_running_sandbox(net: dict[str, Any]) -> None:
 
 
 def test_the_rules_are_in_the_sandbox_netns(listed: Sandbox) -> None:
-    pid = local_provider().runc.state(listed.sandbox_id)["pid"]  # type: ignore[index]
+    pid = local_provider().backend.runc.state(listed.sandbox_id)["pid"]  # type: ignore[index]
     table = subprocess.run(["nsenter", f"--net=/proc/{pid}/ns/net", "nft", "list", "table",
                             "inet", netns.TABLE], capture_output=True, text=True,
                            check=True).stdout
@@ -115,12 +115,16 @@ def test_the_rules_are_in_the_sandbox_netns(listed: Sandbox) -> None:
 
 
 def test_one_proxy_per_networked_sandbox_and_it_ends_with_it() -> None:
+    data = os.path.realpath(os.environ["ABX_DATA_DIR"])
+
     def proxies() -> set[int]:
+        """This engine's proxies (another test worker's have their logs elsewhere)."""
         found = set()
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit():
                 try:
-                    if b"agent_sandbox.runtime.netproxy" in (entry / "cmdline").read_bytes():
+                    if (b"agent_sandbox.backends.runc.netproxy" in (entry / "cmdline").read_bytes()
+                            and os.readlink(entry / "fd" / "1").startswith(data + "/")):
                         found.add(int(entry.name))
                 except OSError:
                     continue

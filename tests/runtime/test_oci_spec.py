@@ -7,17 +7,10 @@ from __future__ import annotations
 
 import copy
 
-from agent_sandbox.runtime.config import HOST_ID_BASE, HOST_ID_COUNT, Limits
-from agent_sandbox.runtime.oci import (
-    CAPABILITIES,
-    GUEST_DIR,
-    GUEST_RUN_DIR,
-    BundleSpec,
-    UserHost,
-    build_config,
-    to_rootless,
-)
-from agent_sandbox.runtime.seccomp import seccomp_profile
+from agent_sandbox.backends.runc.oci.bundle import BundleSpec, UserHost, build_config, to_rootless
+from agent_sandbox.backends.runc.oci.seccomp import seccomp_profile
+from agent_sandbox.config.engine import HOST_ID_BASE, HOST_ID_COUNT, Limits
+from agent_sandbox.core.inside import CAPABILITIES, GUEST_DIR, GUEST_RUN_DIR
 
 SPEC = BundleSpec(sandbox_id="sbx-abcdefghij", rootfs="/r", workspace="/w", run_dir="/run",
                   guest_dir="/g", python=["/py"], limits=Limits(memory_mb=256, cpu=0.5,

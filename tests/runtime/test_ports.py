@@ -13,7 +13,7 @@ import websockets.sync.client as ws_client
 from portservers import echoes, get, start
 
 from agent_sandbox import Sandbox
-from agent_sandbox.errors import InvalidArgumentError, NotFoundError
+from agent_sandbox.core.errors import InvalidArgumentError, NotFoundError
 
 pytestmark = pytest.mark.integration
 

@@ -46,7 +46,7 @@ def _run_engine_process(how: str) -> dict:
 @pytest.mark.parametrize("how", ["clean", "kill9"])
 def test_sandboxes_survive_engine_exit(how: str) -> None:
     made = _run_engine_process(how)
-    local_provider().recover()  # what a fresh engine process does first
+    local_provider().backend.recover()  # what a fresh engine process does first
     sb = Sandbox.connect(made["id"])
     paused = Sandbox.connect(made["paused"])
     try:
@@ -67,7 +67,7 @@ def test_sandboxes_survive_engine_exit(how: str) -> None:
 
 _CRASH_MID_CREATE = textwrap.dedent("""
     import os
-    from agent_sandbox.runtime import boot
+    from agent_sandbox.backends.runc import boot
     def crash(self, sandbox_id, output):
         print(sandbox_id, flush=True)
         os.kill(os.getpid(), 9)
@@ -78,15 +78,15 @@ _CRASH_MID_CREATE = textwrap.dedent("""
 
 
 def test_crash_mid_create_leaves_nothing_behind() -> None:
+    engine = local_provider()  # open now: opening recovers, and must not before the look
     proc = subprocess.run([sys.executable, "-c", _CRASH_MID_CREATE], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == -9, proc.stderr
     sandbox_id = proc.stdout.strip()
-    engine = local_provider()
-    assert engine.store.get_sandbox(sandbox_id) is not None  # the half-made row exists
-    engine.recover()
-    assert engine.store.get_sandbox(sandbox_id) is None
-    assert sandbox_id not in engine.runc.list_ids()
+    assert engine.backend.store.get_sandbox(sandbox_id) is not None  # the half-made row exists
+    engine.backend.recover()
+    assert engine.backend.store.get_sandbox(sandbox_id) is None
+    assert sandbox_id not in engine.backend.runc.list_ids()
     sbdir = str(engine.config.sandboxes_dir / sandbox_id)
     with open("/proc/self/mountinfo") as fh:
         assert not [line for line in fh if sbdir in line]

@@ -98,7 +98,7 @@ async def _call(client: Client, tool: str, **args: Any) -> tuple[bool, dict[str,
 def test_mcp_stdio_as_unprivileged_user(user: Any) -> None:
     """The STDIO server started as the user (as an IDE would) runs on the rootless engine:
     create, run, write/read, pause/resume, reset_rootfs, kill."""
-    argv = user.argv([user.python(), "-m", "agent_sandbox.agent.mcp"])
+    argv = user.argv([user.python(), "-m", "agent_sandbox.surfaces.mcp"])
     params = StdioServerParameters(
         command=argv[0], args=argv[1:], cwd=str(user.home),
         env=user.env(ABX_MCP_TEMPLATE="base", ABX_MCP_AUDIT_LOG=""))
@@ -177,7 +177,7 @@ def test_run_code_as_unprivileged_user(user: Any, code_template: str) -> None:
     """What an IDE gets by default: the STDIO server's code-interpreter-v1, the one root
     built for every user (no copy in the user's data dir), and a real kernel in a
     rootless sandbox."""
-    argv = user.argv([user.python(), "-m", "agent_sandbox.agent.mcp"])
+    argv = user.argv([user.python(), "-m", "agent_sandbox.surfaces.mcp"])
     params = StdioServerParameters(command=argv[0], args=argv[1:], cwd=str(user.home),
                                    env=user.env(ABX_MCP_AUDIT_LOG=""))
 
@@ -201,7 +201,7 @@ def test_doctor_as_unprivileged_user(user: Any) -> None:
     """``abx doctor`` names the rootless mode, the id mapping and what each limit really
     is; where no cgroup is delegated it says so (and the battery's rootless_limits shows
     the rlimits it claims instead really hold)."""
-    proc = user.run([user.python(), "-m", "agent_sandbox.cli", "doctor", "--json"])
+    proc = user.run([user.python(), "-m", "agent_sandbox.surfaces.cli", "doctor", "--json"])
     report = json.loads(proc.stdout)
     checks = {c["name"]: c for c in report["checks"]}
     assert report["ok"] and proc.returncode == 0, proc.stdout

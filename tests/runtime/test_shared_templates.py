@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from agent_sandbox.runtime import package_index
-from agent_sandbox.runtime.shared_templates import (
+from agent_sandbox.backends.runc.templates import package_index
+from agent_sandbox.backends.runc.templates.shared import (
     SharedTemplates,
     Untrusted,
     open_trusted_dir,
     verify_tree,
 )
-from agent_sandbox.runtime.templates import Layer, Template
+from agent_sandbox.core.templates import Layer, Template
 
 NAME = "code-interpreter-v1"
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="root-owned files need root")
@@ -186,7 +186,7 @@ def test_unreachable_index_is_named_within_seconds(monkeypatch: pytest.MonkeyPat
 def test_a_shared_rebuild_keeps_the_previous_build_only(tmp_path: Path) -> None:
     """Users' sandboxes may still run on the build a rebuild replaces: it stays, older
     ones go, and template.json switches to the new one last."""
-    from agent_sandbox.runtime.code_template import _commit_shared
+    from agent_sandbox.backends.runc.templates.code_interpreter import _commit_shared
 
     root = tmp_path / "shared"
     _make(root, rootfs="rootfs-a")

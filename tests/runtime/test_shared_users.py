@@ -20,7 +20,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from wheels import wheel_script
 
-from agent_sandbox.settings import Settings
+from agent_sandbox.config.settings import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +48,7 @@ def _templates_dir(user: Any) -> Path:
 
 
 def _params(user: Any, **extra: str) -> StdioServerParameters:
-    argv = user.argv([user.python(), "-m", "agent_sandbox.agent.mcp"])
+    argv = user.argv([user.python(), "-m", "agent_sandbox.surfaces.mcp"])
     return StdioServerParameters(command=argv[0], args=argv[1:], cwd=str(user.home),
                                  env=user.env(ABX_MCP_AUDIT_LOG="", **extra))
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agent_sandbox import Sandbox
-from agent_sandbox.server.keys import KeyStore
+from agent_sandbox.surfaces.http.keys import KeyStore
 
 pytestmark = pytest.mark.integration
 

@@ -11,15 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from agent_sandbox.errors import RuntimeUnavailableError
-from agent_sandbox.netpolicy import NetworkPolicy
-from agent_sandbox.runtime.store import (
-    SCHEMA_VERSION,
-    SandboxRow,
-    SandboxState,
-    Store,
-    VolumeRow,
-)
+from agent_sandbox.backends.runc.store import SCHEMA_VERSION, Store, VolumeRow
+from agent_sandbox.core.errors import RuntimeUnavailableError
+from agent_sandbox.core.network import NetworkPolicy
+from agent_sandbox.core.states import SandboxState
+from agent_sandbox.service.record import SandboxRecord
 
 # What a version-0 database looks like: the schema as written before versioning (commit
 # 936c3a8, store._SCHEMA), with no user_version. Never change this fixture.
@@ -97,7 +93,7 @@ def test_a_version_0_database_is_upgraded_with_every_row(tmp_path: Path) -> None
     assert [r.id for r in rows] == [s[0] for s in OLD_SANDBOXES]
     for row, (sid, state, persistent, network, owner, envs, meta, helper) in \
             zip(rows, OLD_SANDBOXES, strict=True):
-        assert row == SandboxRow(
+        assert row == SandboxRecord(
             id=sid, template="base", state=SandboxState(state), created_at=row.created_at,
             last_used=row.last_used, timeout=300.0, persistent=bool(persistent),
             network=NetworkPolicy(mode="full" if network else "off"),  # 0/1 before policies
@@ -112,7 +108,7 @@ def test_a_version_0_database_is_upgraded_with_every_row(tmp_path: Path) -> None
 
 def test_states_are_the_strings_the_database_always_held(tmp_path: Path) -> None:
     store = Store(tmp_path / "state.db")
-    store.insert_sandbox(SandboxRow("sbx-a", "base", SandboxState.CREATING, 1.0, 1.0, 5.0,
+    store.insert_sandbox(SandboxRecord("sbx-a", "base", SandboxState.CREATING, 1.0, 1.0, 5.0,
                                     False, NetworkPolicy(), "vol-a"))
     store.update_sandbox("sbx-a", state=SandboxState.KILLING_VOLUME)
     db = sqlite3.connect(tmp_path / "state.db")
@@ -151,7 +147,7 @@ def test_a_newer_database_is_refused_untouched(tmp_path: Path) -> None:
 def test_a_failed_migration_leaves_the_database_as_it_was(tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch
                                                            ) -> None:
-    from agent_sandbox.runtime import store as store_module
+    from agent_sandbox.backends.runc import store as store_module
 
     path = tmp_path / "state.db"
     _version_0_db(path)

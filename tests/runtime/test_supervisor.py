@@ -22,11 +22,12 @@ from typing import Any
 
 import pytest
 
-from agent_sandbox.runtime import supervisor
-from agent_sandbox.runtime.config import EngineConfig
-from agent_sandbox.runtime.engine import Engine
-from agent_sandbox.runtime.runc import Runc
-from agent_sandbox.runtime.store import SandboxState, Store
+from agent_sandbox.backends.runc import supervisor
+from agent_sandbox.backends.runc.runc import Runc
+from agent_sandbox.backends.runc.store import Store
+from agent_sandbox.config.engine import EngineConfig
+from agent_sandbox.core.states import SandboxState
+from agent_sandbox.providers.local import embedded_service
 
 CHILD = str(Path(__file__).with_name("_durability_child.py"))
 ROOT = str(Path(__file__).resolve().parent.parent.parent)
@@ -40,12 +41,12 @@ def data_dir() -> Iterator[Path]:
         yield data
     finally:
         if (data / "state.db").exists():
-            engine = Engine(EngineConfig(data_dir=data, pool_size=0), reaper=False)
-            for row in engine.store.list_sandboxes():
+            engine = embedded_service(EngineConfig(data_dir=data, pool_size=0), reaper=False)
+            for row in engine.backend.store.list_sandboxes():
                 engine.kill(row.id, delete_volume=True)
             assert supervisor.stop(data), "the supervisor did not stop"
             engine.close()
-            engine.release_host_mounts()
+            engine.backend.release_host_mounts()
         shutil.rmtree(data, ignore_errors=True)
 
 
@@ -57,7 +58,7 @@ def _env(data: Path, **extra: str) -> dict[str, str]:
 
 
 def _abx(data: Path, *args: str, **extra: str) -> Any:
-    proc = subprocess.run([sys.executable, "-m", "agent_sandbox.cli", *args, "--json"],
+    proc = subprocess.run([sys.executable, "-m", "agent_sandbox.surfaces.cli", *args, "--json"],
                           env=_env(data, **extra), capture_output=True, text=True, timeout=120,
                           stdin=subprocess.DEVNULL, cwd="/")
     assert proc.returncode == 0, (args, proc.stdout, proc.stderr[-3000:])
@@ -108,7 +109,7 @@ def test_a_cli_sandbox_is_paused_stopped_and_left_with_no_process_alive(data_dir
     assert _states(data_dir) == {sandbox_id: "paused"}
 
     # A resume starts one again (the fresh container can go idle again).
-    out = subprocess.run([sys.executable, "-m", "agent_sandbox.cli", "sandbox", "exec",
+    out = subprocess.run([sys.executable, "-m", "agent_sandbox.surfaces.cli", "sandbox", "exec",
                           sandbox_id, "echo", "back"], env=_env(data_dir), text=True,
                          capture_output=True, timeout=120, cwd="/")
     assert out.stdout.strip() == "back", out.stderr[-2000:]
@@ -190,7 +191,7 @@ for i in e.list():
 
 @pytest.mark.integration
 def test_a_rootless_users_sandbox_is_paused_with_no_process_alive(local_users: Any) -> None:
-    from agent_sandbox.runtime import subids
+    from agent_sandbox.backends.runc.host import subids
 
     subids.reserve()  # before useradd: the user's subuids must not be the root engine's
     user = local_users.create()
@@ -200,7 +201,8 @@ def test_a_rootless_users_sandbox_is_paused_with_no_process_alive(local_users: A
     data = user.home / ".local" / "share" / "agent-sandbox"  # XDG_DATA_HOME's default
 
     def abx(*args: str) -> Any:
-        proc = user.run([user.python(), "-m", "agent_sandbox.cli", *args, "--json"], env=env)
+        proc = user.run([user.python(), "-m", "agent_sandbox.surfaces.cli", *args, "--json"],
+                        env=env)
         assert proc.returncode == 0, (args, proc.stdout, proc.stderr[-3000:])
         return json.loads(proc.stdout) if proc.stdout.strip() else None
 

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from agent_sandbox import Sandbox
-from agent_sandbox.errors import InvalidArgumentError, NotFoundError, WrongStateError
+from agent_sandbox.backends.runc.host.guest_python import HOST_USR
+from agent_sandbox.backends.runc.templates.store import TemplateStore
+from agent_sandbox.core.errors import InvalidArgumentError, NotFoundError, WrongStateError
 from agent_sandbox.providers.local import local_provider
-from agent_sandbox.runtime.engine import Engine
-from agent_sandbox.runtime.guest_python import HOST_USR
-from agent_sandbox.runtime.templates import TemplateStore
+from agent_sandbox.service.service import SandboxService
 
 _BUSYBOX = Path("/bin/busybox")
 _APPLETS = ("sh", "ls", "cat", "echo", "pwd", "test", "tr", "id", "stat")
@@ -79,13 +79,13 @@ def _python_rootfs(root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def engine() -> Engine:
+def engine() -> SandboxService:
     return local_provider()
 
 
 @pytest.fixture(scope="module")
-def store(engine: Engine) -> TemplateStore:
-    return engine.templates
+def store(engine: SandboxService) -> TemplateStore:
+    return engine.backend.templates
 
 
 @pytest.fixture
@@ -93,7 +93,7 @@ def name() -> Iterator[str]:
     """A fresh template name, removed after the test if it still exists."""
     chosen = f"t-{uuid.uuid4().hex[:10]}"
     yield chosen
-    store = local_provider().templates
+    store = local_provider().backend.templates
     if store.exists(chosen):
         store.remove(chosen)
 
@@ -231,7 +231,7 @@ def test_busybox_template_uses_host_python(store: TemplateStore, name: str,
         assert sb.commands.run("cat /workspace/f.txt").stdout == "data"
 
 
-def test_custom_commands_list_and_remove(engine: Engine, store: TemplateStore, name: str,
+def test_custom_commands_list_and_remove(engine: SandboxService, store: TemplateStore, name: str,
                                          tmp_path: Path) -> None:
     commands = {"greet": {"cmd": "echo hello", "description": "says hello"},
                 "short": "echo short"}
@@ -245,7 +245,7 @@ def test_custom_commands_list_and_remove(engine: Engine, store: TemplateStore, n
         with pytest.warns(DeprecationWarning):
             assert sb.run_command("short").stdout == "short\n"
     folder = store.path(name)
-    engine.remove_template(name)
+    engine.backend.remove_template(name)
     assert not folder.exists()
     assert name not in [t.name for t in store.list()]
     with pytest.raises(NotFoundError, match="available: .*base"):
@@ -397,18 +397,18 @@ def test_skopeo_written_archives(store: TemplateStore, name: str, tmp_path: Path
         assert result.stdout.splitlines() == ["/w", "1", "gone"]
 
 
-def test_engine_import_replace_and_remove_guard_sandboxes(engine: Engine, name: str,
+def test_engine_import_replace_and_remove_guard_sandboxes(engine: SandboxService, name: str,
                                                          tmp_path: Path) -> None:
     src = _busybox_rootfs(tmp_path / "bb")
-    info = engine.import_template(name, str(src), description="tiny")
+    info = engine.backend.import_template(name, str(src), description="tiny")
     assert info.name == name and name in {t.name for t in engine.list_templates()}
     with Sandbox.create(template=name) as sb:
         with pytest.raises(WrongStateError, match="kill them first"):
-            engine.import_template(name, str(src), replace=True)
+            engine.backend.import_template(name, str(src), replace=True)
         with pytest.raises(WrongStateError, match="kill them first"):
-            engine.remove_template(name)
+            engine.backend.remove_template(name)
         assert sb.commands.run("echo still").stdout == "still\n"
-    engine.remove_template(name)
+    engine.backend.remove_template(name)
     assert name not in {t.name for t in engine.list_templates()}
 
 
@@ -419,9 +419,9 @@ def test_template_metadata_reaches_live_sandboxes_within_the_reuse_window(
     (a shared template's checks cost ~50 us a call), then see a change."""
     from dataclasses import replace
 
-    from agent_sandbox.runtime import sandboxes
+    from agent_sandbox.service import access
 
-    monkeypatch.setattr(sandboxes, "TEMPLATE_REUSE", 0.5)
+    monkeypatch.setattr(access, "TEMPLATE_REUSE", 0.5)
     tmpl = store.import_dir(name, _busybox_rootfs(tmp_path / "bb"), env={"FOO": "one"})
     with Sandbox.create(template=name) as sb:
         assert sb.commands.run("echo $FOO").stdout == "one\n"

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from agent_sandbox.errors import InvalidArgumentError
-from agent_sandbox.runtime import validate
+from agent_sandbox.core import validate
+from agent_sandbox.core.errors import InvalidArgumentError
 
 
 @pytest.mark.parametrize("value", ["sbx-ABCDEFGHIJ", "sbx-abc", "x" * 14, None, 5,

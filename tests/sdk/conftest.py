@@ -1,5 +1,5 @@
 """Runs every SDK test twice: on the embedded engine, and through a real gateway
-(``python -m agent_sandbox.server serve`` on loopback) with the remote provider; the
+(``python -m agent_sandbox.surfaces.gateway serve`` on loopback) with the remote provider; the
 core modules (K8S_CORE) a third time on the Kubernetes provider, on the test cluster.
 
 The provider is chosen by ``default_provider()`` from the environment, so the tests
@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent_sandbox.server.keys import KeyStore
-from agent_sandbox.server.process import GatewayProcess
+from agent_sandbox.surfaces.gateway.process import GatewayProcess
+from agent_sandbox.surfaces.http.keys import KeyStore
 
 
 @pytest.fixture(scope="session")

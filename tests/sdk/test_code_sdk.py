@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from agent_sandbox import AsyncSandbox, Sandbox
-from agent_sandbox.errors import InvalidArgumentError, NotFoundError, WrongStateError
-from agent_sandbox.models import Result
+from agent_sandbox.core.errors import InvalidArgumentError, NotFoundError, WrongStateError
+from agent_sandbox.core.models import Result
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from agent_sandbox import Sandbox
-from agent_sandbox.errors import InvalidArgumentError, NotFoundError, WrongStateError
+from agent_sandbox.core.errors import InvalidArgumentError, NotFoundError, WrongStateError
 
 pytestmark = pytest.mark.integration
 

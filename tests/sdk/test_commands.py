@@ -8,7 +8,7 @@ import time
 import pytest
 
 from agent_sandbox import Sandbox
-from agent_sandbox.errors import InvalidArgumentError
+from agent_sandbox.core.errors import InvalidArgumentError
 
 pytestmark = pytest.mark.integration
 
@@ -99,7 +99,7 @@ def test_wait_on_a_finished_process_returns_its_result(sandbox: Sandbox) -> None
 
 
 def test_unknown_process_and_bad_commands(sandbox: Sandbox) -> None:
-    from agent_sandbox.errors import NotFoundError
+    from agent_sandbox.core.errors import NotFoundError
 
     with pytest.raises(NotFoundError):
         sandbox.commands.connect(999999).output()

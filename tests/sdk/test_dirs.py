@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agent_sandbox import AsyncSandbox, Sandbox
-from agent_sandbox.errors import InvalidArgumentError, NotFoundError
+from agent_sandbox.core.errors import InvalidArgumentError, NotFoundError
 
 pytestmark = pytest.mark.integration
 
@@ -135,6 +135,34 @@ def test_upload_never_goes_through_links_planted_in_the_sandbox(sandbox: Sandbox
     assert "conf/passwd: goes through the symlink conf; skipped" in result.skipped
     assert sandbox.commands.run("sha256sum /etc/passwd").stdout == before
     assert sandbox.files.stat("/workspace/up/users").type == "file"
+
+
+def test_an_upload_for_a_user_is_theirs(sandbox: Sandbox, tmp_path: Path) -> None:
+    """upload_dir(user=...) gives what it makes to that user, as files.write does, so
+    their commands can change it; by default it is root's; a replaced file keeps its
+    owner."""
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "m.py").write_text("1\n")
+    os.symlink("pkg/m.py", src / "link")
+    files = sandbox.files
+    assert files.upload_dir(src, "/workspace/a/b", user="user").files == 1
+    files.upload_dir(src, "/workspace/r")
+    files.upload_dir(src, "/workspace/r", user="user")  # replaces m.py and the link
+
+    def owners(*paths: str) -> list[str]:
+        return sandbox.commands.run(f"stat -c %U:%G {' '.join(paths)}").stdout.split()
+
+    mine = ["/workspace/a", "/workspace/a/b", "/workspace/a/b/pkg", "/workspace/a/b/pkg/m.py",
+            "/workspace/a/b/link", "/workspace/r/link"]
+    assert owners(*mine) == ["user:user"] * len(mine)
+    assert owners("/workspace/r", "/workspace/r/pkg", "/workspace/r/pkg/m.py") == \
+        ["root:root"] * 3
+    edit = sandbox.commands.run("echo 2 >> /workspace/a/b/pkg/m.py && touch "
+                                "/workspace/a/b/pkg/new && echo ok", user="user")
+    assert edit.stdout == "ok\n", edit.stderr
+    with pytest.raises(InvalidArgumentError, match="user"):
+        files.upload_dir(src, "/workspace/x", user="no body")
 
 
 def _hostile_tar() -> bytes:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from agent_sandbox import Sandbox
-from agent_sandbox.errors import InvalidArgumentError, NotFoundError
+from agent_sandbox.core.errors import InvalidArgumentError, NotFoundError
 
 pytestmark = pytest.mark.integration
 
@@ -54,6 +54,21 @@ def test_files_made_for_a_user_are_theirs(sandbox: Sandbox) -> None:
     assert sandbox.commands.run("stat -c %U /workspace/rootfile").stdout == "root\n"
     with pytest.raises(InvalidArgumentError, match="user"):
         files.write("/workspace/x", "x", user="no body")
+
+
+def test_read_at_any_offset(sandbox: Sandbox) -> None:
+    """Any offset the API takes gets an answer: what is there, nothing past the end, also
+    past the largest file the filesystem can hold (where the kernel refuses to seek)."""
+    files = sandbox.files
+    for path in ("/workspace/five", "/five"):  # the volume, the system layer
+        files.write(path, "hello")
+        for offset, want in ((0, b"hello"), (3, b"lo"), (5, b""), (2**31, b""),
+                             (2**62 - 1, b""), (2**62, b"")):
+            assert files.read(path, format="bytes", offset=offset) == want, offset
+            assert b"".join(files.read(path, format="stream", offset=offset)) == want
+        for bad in (-1, 2**62 + 1, True):
+            with pytest.raises(InvalidArgumentError, match="offset"):
+                files.read(path, offset=bad)
 
 
 def test_file_errors(sandbox: Sandbox) -> None:

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from agent_sandbox import Sandbox
-from agent_sandbox.errors import InvalidArgumentError
+from agent_sandbox.core.errors import InvalidArgumentError
 
 pytestmark = pytest.mark.integration
 

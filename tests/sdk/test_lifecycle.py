@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agent_sandbox import Sandbox
-from agent_sandbox.errors import InvalidArgumentError, NotFoundError, WrongStateError
+from agent_sandbox.core.errors import InvalidArgumentError, NotFoundError, WrongStateError
 
 pytestmark = pytest.mark.integration
 
@@ -167,22 +167,27 @@ def test_calls_in_flight_are_activity() -> None:
 
 
 def test_long_paused_sandbox_releases_memory_and_boots_again() -> None:
+    from snapshotting import memory_snapshots_missing
+
     from agent_sandbox.providers.local import local_provider
 
     engine = local_provider()
+    checkpoints = memory_snapshots_missing(engine) is None
     with Sandbox.create(timeout=1) as sb:
         sb.files.write("/workspace/kept.txt", "disk survives")
         sb.commands.run("sleep 1000", background=True)
         later = time.time() + 1 + engine.config.paused_stop_after + 5
-        engine.reap_once(now=time.time() + 2)  # idle: paused (frozen)
+        engine.reap_once(now=time.time() + 2)  # idle: paused (checkpointed, or frozen)
         assert sb.info().state == "paused"
-        engine.reap_once(now=later)  # paused for long: container stopped
-        assert engine.runc.state(sb.sandbox_id) is None
+        engine.reap_once(now=later)  # paused for long: no container holds its memory
+        assert engine.backend.runc.state(sb.sandbox_id) is None
         assert sb.info().state == "paused"
-        # Any use boots it again from the same disk; the old processes are gone.
+        # Any use starts it again on the same disk; its processes are back where a
+        # checkpoint kept them (with CRIU), gone where its container was stopped.
         assert sb.files.read("/workspace/kept.txt") == "disk survives"
         assert sb.info().state == "running"
-        assert not [p for p in sb.commands.list() if "sleep 1000" in p.cmd]
+        kept = [p for p in sb.commands.list() if "sleep 1000" in p.cmd]
+        assert bool(kept) is checkpoints, kept
 
 
 @pytest.mark.parametrize(

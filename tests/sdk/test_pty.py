@@ -11,7 +11,7 @@ import pytest
 from ptyscreen import Screen
 
 from agent_sandbox import AsyncSandbox, Sandbox
-from agent_sandbox.errors import (
+from agent_sandbox.core.errors import (
     InvalidArgumentError,
     NotFoundError,
     SandboxTimeoutError,
@@ -36,7 +36,11 @@ def test_a_login_shell_on_a_real_terminal(sandbox: Sandbox) -> None:
     screen.expect(r"\x1b\[\?1049h")
     screen.expect(r"\x1b\[6;11HAT")
     term.send_input("sleep 30\n")
-    time.sleep(0.5)
+    # Ctrl-C once sleep runs (not while the shell still reads its line: a loaded host).
+    deadline = time.monotonic() + 15
+    while sandbox.commands.run("pgrep -x sleep", timeout=10).exit_code != 0:
+        assert time.monotonic() < deadline, "sleep 30 never started"
+        time.sleep(0.1)
     started = time.monotonic()
     term.send_input(b"\x03")
     term.send_input("echo rc=$?\n")

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 import pytest
 
 from agent_sandbox import Sandbox
-from agent_sandbox.cancel import CallCancel
-from agent_sandbox.errors import CancelledCallError, InvalidArgumentError, NotFoundError
-from agent_sandbox.models import TIMEOUT_EXIT_CODE
+from agent_sandbox.core.cancel import CallCancel
+from agent_sandbox.core.errors import CancelledCallError, InvalidArgumentError, NotFoundError
+from agent_sandbox.core.models import TIMEOUT_EXIT_CODE
 
 pytestmark = pytest.mark.integration
 

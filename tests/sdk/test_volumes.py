@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from agent_sandbox import AsyncVolume, Sandbox, Volume
-from agent_sandbox.errors import InvalidArgumentError, NotFoundError, WrongStateError
+from agent_sandbox.core.errors import InvalidArgumentError, NotFoundError, WrongStateError
 
 pytestmark = pytest.mark.integration
 

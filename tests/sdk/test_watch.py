@@ -9,8 +9,8 @@ import time
 import pytest
 
 from agent_sandbox import AsyncSandbox, Sandbox
-from agent_sandbox.errors import InvalidArgumentError, NotFoundError, SandboxError
-from agent_sandbox.models import FilesystemEvent
+from agent_sandbox.core.errors import InvalidArgumentError, NotFoundError, SandboxError
+from agent_sandbox.core.models import FilesystemEvent
 from agent_sandbox.sdk import watch as sdk_watch
 from agent_sandbox.sdk.watch import WatchHandle
 

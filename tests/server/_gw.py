@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import httpx2 as httpx
 
-from agent_sandbox.providers.remote import RemoteProvider
-from agent_sandbox.server.keys import KeyStore
-from agent_sandbox.server.process import GatewayProcess
+from agent_sandbox.remote import RemoteProvider
+from agent_sandbox.surfaces.gateway.process import GatewayProcess
+from agent_sandbox.surfaces.http.keys import KeyStore
 
 
 @dataclass

@@ -1,4 +1,7 @@
-"""A gateway subprocess with its own key file: keys A and B (tenants) and an admin key."""
+"""A gateway subprocess with its own key file: keys A and B (tenants) and an admin key;
+on the embedded engine (``gw``), or on the memory backend (``gw_memory``: a module whose
+subject is the gateway itself, its checks, mapping, errors and tenancy, overrides ``gw``
+with it, and is in the quick tier)."""
 
 from __future__ import annotations
 
@@ -8,13 +11,21 @@ import pytest
 from _gw import Gateway
 from gateways import running_gateway
 
+TENANT = {"max_sandboxes": 3, "max_commands": 2}
+KEYS = {"a": TENANT, "b": TENANT,
+        "admin": {"admin": True, "max_sandboxes": 10, "max_commands": 10}}
+
 
 @pytest.fixture(scope="session")
 def gw() -> Iterator[Gateway]:
-    tenant = {"max_sandboxes": 3, "max_commands": 2}
-    keys = {"a": tenant, "b": tenant,
-            "admin": {"admin": True, "max_sandboxes": 10, "max_commands": 10}}
-    with running_gateway("abx-gw-keys-", keys) as (proc, store, tokens):
+    with running_gateway("abx-gw-keys-", KEYS) as (proc, store, tokens):
+        yield Gateway(proc, store, tokens)
+
+
+@pytest.fixture(scope="session")
+def gw_memory() -> Iterator[Gateway]:
+    with running_gateway("abx-gw-mem-", KEYS, env={"ABX_ENGINE": "memory"}) as (
+            proc, store, tokens):
         yield Gateway(proc, store, tokens)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from unittest.mock import ANY
 
 import pytest
 from _gw import Gateway
@@ -27,6 +28,10 @@ def test_error_shape_and_statuses(gw: Gateway, sandbox_a: str) -> None:
              "invalid sandbox id"),
             (http.get("/v1/sandboxes/sbx-0000000000"), 404, "not_found", "not found"),
             (http.get("/v1/nowhere"), 404, "not_found", ""),
+            (http.get("/v1/sandboxes", params={"stat": "running"}), 400, "invalid_argument",
+             "unknown query parameter 'stat': /v1/sandboxes takes state, template"),
+            (http.get("/v1/sandboxes", params=[("template", "base"), ("template", "x")]), 400,
+             "invalid_argument", "query parameter 'template' given 2 times: give it once"),
             (http.delete("/v1/templates"), 405, "invalid_argument", ""),
             (http.get(f"/v1/sandboxes/{sandbox_a}/files/content",
                       params={"path": "/workspace/missing"}), 404, "not_found", ""),
@@ -73,6 +78,24 @@ def test_binary_stdin_and_upload_download(gw: Gateway, sandbox_a: str) -> None:
         == blob[10:15]
 
 
+def test_reads_at_every_offset_the_api_takes(gw: Gateway, sandbox_a: str) -> None:
+    """The issue's request, and the bounds the schema states: a normal answer (nothing
+    past the end) or a 400 naming the field, never a 503 from a guest that hung up."""
+    gw.provider("a").write_file(sandbox_a, "/0", b"hello")
+    url = f"/v1/sandboxes/{sandbox_a}/files/content"
+    with gw.http("a") as http:
+        for offset, limit, want in ((2**62 - 1, 1, b""), (2**62, 2**62, b""), (1, 2**62, b"ello"),
+                                    (2**31, None, b"")):
+            params = {"path": "/0", "offset": offset, **({"limit": limit} if limit else {})}
+            got = http.get(url, params=params)
+            assert (got.status_code, got.content) == (200, want), (params, got.text)
+        for params in ({"offset": 2**62 + 1}, {"offset": -1}, {"limit": 2**62 + 1},
+                       {"offset": 2**63}):
+            got = http.get(url, params={"path": "/0", **params})
+            assert got.status_code == 400, (params, got.text)
+            assert next(iter(params)) in got.json()["message"], got.text
+
+
 def test_openapi_document(gw: Gateway) -> None:
     with gw.http() as http:
         spec = http.get("/openapi.json").json()
@@ -80,6 +103,44 @@ def test_openapi_document(gw: Gateway) -> None:
     for path in ("/v1/sandboxes", "/v1/sandboxes/{sandbox_id}/commands",
                  "/v1/sandboxes/{sandbox_id}/files/content", "/v1/templates", "/metrics"):
         assert path in spec["paths"]
+    # A bearer scheme, so that /docs has an Authorize button; every /v1 call needs it,
+    # /health takes it if given.
+    assert spec["components"]["securitySchemes"]["apiKey"] == {
+        "type": "http", "scheme": "bearer", "description": ANY}
+    for path, operations in spec["paths"].items():
+        for operation in operations.values():
+            if path.startswith("/v1/"):
+                assert operation["security"] == [{"apiKey": []}], path
+    assert spec["paths"]["/health"]["get"]["security"] == [{"apiKey": []}, {}]
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+def test_api_docs_load_nothing_from_elsewhere(gw: Gateway, page: str) -> None:
+    """The pages' scripts and styles come from the gateway itself: they work offline."""
+    with gw.http() as http:
+        r = http.get(page)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+        assets = re.findall(r'(?:src|href)="([^"]+)"', r.text)
+        assert len(assets) >= 2 and "http" not in r.text.replace("http-equiv", ""), r.text
+        for asset in assets:
+            assert asset.startswith("/docs/assets/"), asset
+            got = http.get(asset)
+            assert got.status_code == 200 and len(got.content) > 1000, asset
+        assert re.search(r"url: *'/openapi.json'|spec-url=\"/openapi.json\"", r.text), r.text
+
+
+def test_health_tells_an_anonymous_caller_only_that_it_lives(gw: Gateway,
+                                                              sandbox_a: str) -> None:
+    with gw.http() as http:
+        assert http.get("/health").json() == {"status": "ok"}
+        r = http.get("/health", headers={"Authorization": "Bearer abx_nope"})
+        assert r.status_code == 401  # a key given must be a live one
+    with gw.http("a") as http:
+        assert http.get("/health").json() == {"status": "ok", "sandboxes": 1}  # its own
+    with gw.http("b") as http:
+        assert http.get("/health").json() == {"status": "ok", "sandboxes": 0}
+    with gw.http("admin") as http:
+        assert http.get("/health").json()["sandboxes"] >= 1
 
 
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-z_]+="[^"\\]*",?)*\})? '
@@ -130,6 +191,15 @@ def test_metrics_for_admin_only(gw: Gateway, sandbox_a: str) -> None:
     assert buckets[-1] == samples[f"abx_http_request_duration_seconds_count{{{route}}}"] == ran
     assert samples[f"abx_http_request_duration_seconds_sum{{{route}}}"] > 0
     assert samples["abx_host_disk_free_bytes"] > 0
+    # Each running sandbox's use, from its cgroup and disk (paused ones have no series).
+    mine = f'{{sandbox="{sandbox_a}"}}'
+    assert 0 < samples[f"abx_sandbox_memory_used_bytes{mine}"] <= \
+        samples[f"abx_sandbox_memory_limit_bytes{mine}"]
+    assert 0 < samples[f"abx_sandbox_disk_used_bytes{mine}"] <= \
+        samples[f"abx_sandbox_disk_size_bytes{mine}"]
+    assert 0 <= samples[f"abx_sandbox_cpu_used_percent{mine}"] <= 100
+    assert f'abx_sandbox_memory_used_bytes{{sandbox="{paused}"}}' not in samples
+    assert samples["abx_sandbox_series_omitted"] == 0
     assert samples["abx_host_disk_reserve_bytes"] == 2048 << 20
     with gw.http("a") as http:
         assert http.get("/metrics").status_code == 404

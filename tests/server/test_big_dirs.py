@@ -103,8 +103,8 @@ def test_big_tree_on_the_embedded_engine(tree: Path) -> None:
 
 
 def test_big_tree_through_the_gateway(tree: Path) -> None:
-    from agent_sandbox.server.keys import KeyStore
-    from agent_sandbox.server.process import GatewayProcess
+    from agent_sandbox.surfaces.gateway.process import GatewayProcess
+    from agent_sandbox.surfaces.http.keys import KeyStore
 
     keys_file = Path(tempfile.mkdtemp(prefix="abx-bigdir-keys-")) / "keys.db"
     _, token = KeyStore(keys_file).create("bigdir", max_sandboxes=2)
@@ -125,7 +125,7 @@ def test_big_tree_through_the_gateway(tree: Path) -> None:
 
 def _warm(url: str, token: str) -> None:
     """The gateway's routes, threads and engine loaded before its peak is reset."""
-    from agent_sandbox.providers.remote import RemoteProvider
+    from agent_sandbox.remote import RemoteProvider
 
     provider = RemoteProvider(url, token)
     sid = provider.create().sandbox_id
@@ -145,7 +145,7 @@ def _client(tree: Path, where: str, token: str | None) -> dict[str, object]:
     if where == "local":
         provider = None
     else:
-        from agent_sandbox.providers.remote import RemoteProvider
+        from agent_sandbox.remote import RemoteProvider
 
         provider = RemoteProvider(where, token)
     sb = Sandbox.create(disk_mb=1024, provider=provider)

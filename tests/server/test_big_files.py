@@ -27,9 +27,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_one_gib_up_and_down_with_bounded_memory() -> None:
-    from agent_sandbox.providers.remote import RemoteProvider
-    from agent_sandbox.server.keys import KeyStore
-    from agent_sandbox.server.process import GatewayProcess
+    from agent_sandbox.remote import RemoteProvider
+    from agent_sandbox.surfaces.gateway.process import GatewayProcess
+    from agent_sandbox.surfaces.http.keys import KeyStore
 
     keys_file = Path(tempfile.mkdtemp(prefix="abx-big-keys-")) / "keys.db"
     _, token = KeyStore(keys_file).create("big", max_sandboxes=1)
@@ -80,7 +80,7 @@ def _generated(digest: hashlib._Hash) -> Iterator[bytes]:
 
 def _client(url: str, token: str, sandbox_id: str) -> dict[str, object]:
     from agent_sandbox import Sandbox
-    from agent_sandbox.providers.remote import RemoteProvider
+    from agent_sandbox.remote import RemoteProvider
 
     sb = Sandbox.connect(sandbox_id, provider=RemoteProvider(url, token))
     base_kb = reset_peak("self")

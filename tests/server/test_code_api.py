@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from _gw import Gateway
 
-from agent_sandbox.providers.remote import RemoteProvider
+from agent_sandbox.remote import RemoteProvider
 
 pytestmark = pytest.mark.integration
 

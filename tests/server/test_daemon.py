@@ -29,7 +29,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from agent_sandbox.errors import RuntimeUnavailableError
+from agent_sandbox.core.errors import RuntimeUnavailableError
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +59,7 @@ def _health(path: str) -> int | None:
 
 
 def _abx() -> list[str]:
-    return [str(ABX)] if ABX.exists() else [sys.executable, "-m", "agent_sandbox.cli"]
+    return [str(ABX)] if ABX.exists() else [sys.executable, "-m", "agent_sandbox.surfaces.cli"]
 
 
 class Daemon:
@@ -138,8 +138,8 @@ def test_socket_is_group_abx_0660(daemon: Daemon) -> None:
 
 
 def test_second_daemon_on_the_same_socket_is_refused(daemon: Daemon) -> None:
-    proc = subprocess.run([sys.executable, "-m", "agent_sandbox.server", "serve", "--unix",
-                           daemon.socket], capture_output=True, text=True, timeout=60,
+    proc = subprocess.run([sys.executable, "-m", "agent_sandbox.surfaces.gateway", "serve",
+                           "--unix", daemon.socket], capture_output=True, text=True, timeout=60,
                           stdin=subprocess.DEVNULL)
     assert proc.returncode == 2 and "already listens" in proc.stderr
     assert _health(daemon.socket) == 200  # the running one is untouched
@@ -155,7 +155,7 @@ async def _call(client: Client, tool: str, **args: Any) -> tuple[bool, dict[str,
 
 _OTHER_USER = """
     import json, sys
-    from agent_sandbox.errors import SandboxError
+    from agent_sandbox.core.errors import SandboxError
     from agent_sandbox.providers.select import current_engine, default_provider
     sid = sys.argv[1] if len(sys.argv) > 1 else "{sid}"
     p = default_provider()
@@ -183,7 +183,7 @@ def test_user_a_over_stdio_mcp_and_user_b_cannot_touch_it(daemon: Daemon,
     a, b = users["a"], users["b"]
     env = a.env(ABX_ENGINE="daemon", ABX_DAEMON_SOCKET=daemon.socket, ABX_MCP_TEMPLATE="base",
                 ABX_MCP_AUDIT_LOG="")
-    argv = a.argv([a.python(), "-m", "agent_sandbox.agent.mcp"])
+    argv = a.argv([a.python(), "-m", "agent_sandbox.surfaces.mcp"])
     params = StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=str(a.home))
     seen: dict[str, Any] = {}
 
@@ -222,7 +222,7 @@ def test_user_a_over_stdio_mcp_and_user_b_cannot_touch_it(daemon: Daemon,
         assert data["stdout"] == "etc-gone\nusr-gone\nkept", data
 
         # The daemon knows A as its tenant: the sandbox belongs to A's uid.
-        row = local_provider().store.get_sandbox(sid)
+        row = local_provider().backend.store.get_sandbox(sid)
         assert row is not None and row.owner == f"uid-{a.uid}"
 
         # 2. user B, a member of group abx too, cannot see or touch it (404, never 403).
@@ -246,16 +246,16 @@ def test_user_a_over_stdio_mcp_and_user_b_cannot_touch_it(daemon: Daemon,
             await body(client)
 
     anyio.run(main)
-    assert local_provider().store.get_sandbox(seen["sid"]) is None
+    assert local_provider().backend.store.get_sandbox(seen["sid"]) is None
 
 
 # ---- 3. user C, outside group abx ---------------------------------------------------
 
 _REFUSED = """
     import json
-    from agent_sandbox.errors import SandboxError
-    from agent_sandbox.providers.engine_choice import choose_engine
-    from agent_sandbox.providers.remote import RemoteProvider
+    from agent_sandbox.core.errors import SandboxError
+    from agent_sandbox.providers.choice import choose_engine
+    from agent_sandbox.remote import RemoteProvider
     out = {"choice": choose_engine().to_dict()}
     try:
         RemoteProvider("unix://%s", retry_seconds=1).list()
@@ -306,7 +306,7 @@ def test_user_outside_group_gets_403_even_through_an_open_socket(
 
 _CHOICE = """
     import json
-    from agent_sandbox.errors import SandboxError
+    from agent_sandbox.core.errors import SandboxError
     from agent_sandbox.providers.select import current_engine, default_provider
     out = {"choice": current_engine().to_dict()}
     try:
@@ -352,7 +352,7 @@ def test_selection_automatic_order_as_real_users(daemon: Daemon,
                                    "ABX_ENGINE": "rootless"})
     assert out["choice"]["forced"]
     if _userns_works_for(a):
-        assert out["choice"]["kind"] == "rootless" and out["provider"] == "Engine", out
+        assert out["choice"]["kind"] == "rootless" and out["provider"] == "SandboxService", out
     else:
         assert out["choice"]["kind"] is None and "abx doctor" in out["choice"]["error"]
     out = as_user(a, _CHOICE, env={"ABX_ENGINE": "daemon", "ABX_DAEMON_SOCKET": daemon.socket})
@@ -405,7 +405,7 @@ def test_doctor_passes_for_a_daemon_user_without_user_namespaces(
 
 
 def test_selection_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    from agent_sandbox.providers import engine_choice
+    from agent_sandbox.providers import choice as engine_choice
     from agent_sandbox.providers.select import current_engine, default_provider
 
     for name in ("ABX_ENGINE", "ABX_SANDBOX_BASE_URL", "ABX_DAEMON_SOCKET"):

@@ -25,7 +25,7 @@ _SCRIPT = """
     import json, os
     from pathlib import Path
     from agent_sandbox import Sandbox
-    from agent_sandbox.providers.remote import RemoteProvider
+    from agent_sandbox.remote import RemoteProvider
 
     home = Path.home()
     src = home / "proj"

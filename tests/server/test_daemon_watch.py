@@ -16,7 +16,7 @@ import httpx2 as httpx
 import pytest
 
 from agent_sandbox import Sandbox, Volume
-from agent_sandbox.providers.remote import RemoteProvider
+from agent_sandbox.remote import RemoteProvider
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +27,7 @@ def daemon_url() -> Iterator[str]:
     sock = str(folder / "abx.sock")
     env = {k: v for k, v in os.environ.items() if k not in ("ABX_SANDBOX_BASE_URL",
                                                             "ABX_ENGINE")}
-    proc = subprocess.Popen([sys.executable, "-m", "agent_sandbox.cli", "serve", "--unix",
+    proc = subprocess.Popen([sys.executable, "-m", "agent_sandbox.surfaces.cli", "serve", "--unix",
                              sock, "--api-keys-file", str(folder / "keys.db")], env=env,
                             stdin=subprocess.DEVNULL)
     try:

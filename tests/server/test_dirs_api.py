@@ -12,9 +12,15 @@ from pathlib import Path
 import pytest
 from _gw import Gateway
 
-from agent_sandbox.errors import NotFoundError
+from agent_sandbox.core.errors import NotFoundError
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.quick]
+
+
+@pytest.fixture(scope="session")
+def gw(gw_memory: Gateway) -> Gateway:
+    """This module's subject is the gateway itself: on the memory backend."""
+    return gw_memory
 
 
 def test_gnu_tar_in_and_python_tarfile_out(gw: Gateway, sandbox_a: str,

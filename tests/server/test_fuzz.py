@@ -25,18 +25,21 @@ from schemathesis.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
-from schemathesis.core.failures import FailureGroup
+from schemathesis.core.failures import AcceptedNegativeData, FailureGroup
 from schemathesis.openapi.checks import RejectedPositiveData
 
-from agent_sandbox.server.schemas import (
-    MAX_COMMAND_TIMEOUT,
-    MAX_PID,
-    SANDBOX_ID_PATTERN,
-    TEMPLATE_NAME_PATTERN,
-)
-from agent_sandbox.watch import MAX_WATCH_TIMEOUT
+from agent_sandbox.core.bounds import MAX_COMMAND_TIMEOUT, MAX_LOCK_WAIT, MAX_PID
+from agent_sandbox.core.templates import NAME_PATTERN as TEMPLATE_NAME_PATTERN
+from agent_sandbox.core.watch import MAX_WATCH_TIMEOUT
+from agent_sandbox.surfaces.rest.schemas import SANDBOX_ID_PATTERN
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.quick]
+
+
+@pytest.fixture(scope="session")
+def gw(gw_memory: Gateway) -> Gateway:
+    """This module's subject is the gateway itself: on the memory backend."""
+    return gw_memory
 
 # ABX_FUZZ_SECONDS=600 for a longer soak.
 BUDGET_SECONDS = float(os.environ.get("ABX_FUZZ_SECONDS", "55"))
@@ -64,9 +67,18 @@ def _tame(case: Any) -> None:
         timeout = query.get("timeout")  # a watch without one lasts as long as its client
         if timeout is None or (_number(timeout) and 0 < timeout <= MAX_WATCH_TIMEOUT):
             query["timeout"] = 0.2
+    if case.method == "PUT" and case.path.endswith("/files/content") \
+            and isinstance(query, dict):
+        wait = query.get("lock_wait")  # a file a generated lock holds: no 3 s waits
+        if wait is None or (_number(wait) and 0 <= wait <= MAX_LOCK_WAIT):
+            query["lock_wait"] = 0
     body = case.body
     if not isinstance(body, dict):
         return
+    if case.path.endswith("/files/lock"):
+        wait = body.get("wait")
+        if wait is None or (_number(wait) and 0 <= wait <= MAX_LOCK_WAIT):
+            body["wait"] = 0
     if case.path.endswith(("/commands", "/wait", "/code")):
         timeout = body.get("timeout")
         if timeout is None or (_number(timeout) and 0 < timeout <= MAX_COMMAND_TIMEOUT):
@@ -101,12 +113,20 @@ def _refused_for_what_is_there(case: Any, response: Any) -> bool:
     itself. Its message starts with that path (no input check's does); no schema can
     say which paths hold what. Likewise a network policy's entries: a string is a host
     name, a wildcard or a CIDR only by netpolicy's grammar."""
+    if response.status_code in (412, 423) and "/files" in case.path:
+        return True  # the file changed, or another call holds it: its state, not the input
     if response.status_code != 400:
         return False
     message = response.json().get("message", "")
     body = case.body if isinstance(case.body, dict) else {}
     if "network" in body and message.startswith("network "):
         return True  # netpolicy's check of names and CIDRs, which no schema can spell
+    if body.get("secrets") and message.startswith("secrets are sent by"):
+        return True  # secrets need a network that reaches their hosts: two fields at once
+    if case.path == "/v1/secrets" and re.match(r"secret [a-z][a-z0-9_-]*: ", message):
+        return True  # a rule's hosts, header, format, env: core/secrets.py's grammar
+    if case.path == "/v1/templates" and message.startswith(("recipe line ", "the recipe ")):
+        return True  # a Dockerfile's grammar, which no schema can spell either
     if "/files" not in case.path:
         return False
     if message == "refusing to remove '/'":
@@ -115,7 +135,16 @@ def _refused_for_what_is_there(case: Any, response: Any) -> bool:
         return True
     paths = [p for p in ((case.query or {}).get("path"), body.get("path"))
              if isinstance(p, str)]
-    return any(message.startswith(f"{p}: ") for p in paths)
+    # As given, or as the guest names it: a leading "//" is one "/" to it.
+    return any(message.startswith(f"{q}: ") for p in paths for q in {p, "/" + p.lstrip("/")})
+
+
+def _a_string_on_the_wire(case: Any) -> bool:
+    """A query value generated as a one-string list (invalid where a string is asked)
+    is sent as that string: the gateway cannot tell it from the valid one."""
+    return any((isinstance(v, list) and len(v) == 1 and isinstance(v[0], str))
+               or v in ({}, [])  # an empty object or list is no parameter at all on the wire
+               for v in (case.query or {}).values())
 
 
 def _describe(case: Any, response: Any, title: str) -> str:
@@ -155,12 +184,19 @@ def test_generated_requests_conform_to_the_schema(gw: Gateway) -> None:
         calls += 1
         if case.path == "/v1/sandboxes" and response.status_code == 201:
             admin.kill(response.json()["sandbox_id"], delete_volume=True)  # quota room
+        if response.status_code == 400 and response.text == "Invalid HTTP request received.":
+            return  # a head the HTTP server refused (a generated header no parser takes)
+        if response.status_code == 503 and \
+                response.json().get("code") == "runtime_unavailable":
+            return  # what the memory backend lacks (CRIU, a cgroup): documented, no crash
         try:
             case.validate_response(response, checks=CHECKS, headers=headers)
         except FailureGroup as group:
             for failure in group.exceptions:
                 if isinstance(failure, RejectedPositiveData) and \
                         _refused_for_what_is_there(case, response):
+                    continue
+                if isinstance(failure, AcceptedNegativeData) and _a_string_on_the_wire(case):
                     continue
                 found.setdefault((case.method, case.path, failure.title),
                                  _describe(case, response, failure.title))

@@ -10,8 +10,8 @@ import time
 import pytest
 from _gw import Gateway
 
-from agent_sandbox.providers.remote import RemoteProvider
-from agent_sandbox.server.process import GatewayProcess
+from agent_sandbox.remote import RemoteProvider
+from agent_sandbox.surfaces.gateway.process import GatewayProcess
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import anyio
 
-from agent_sandbox.server.peercred import PEER_STATE_KEY, PeerCred, PeerGuard
+from agent_sandbox.surfaces.http.peercred import PEER_STATE_KEY, PeerCred, PeerGuard
 
 
 def _call(guard: PeerGuard, scope: dict[str, Any]) -> list[dict[str, Any]]:

@@ -70,7 +70,7 @@ def test_websockets_behind_the_key(gw: Gateway, served: Sandbox) -> None:
 
 
 def test_plain_tcp_through_the_gateway(gw: Gateway, served: Sandbox) -> None:
-    from agent_sandbox.cli.port_tunnel import tunnel
+    from agent_sandbox.surfaces.cli.port_tunnel import tunnel
 
     listener = tunnel(gw.provider("a"), served.sandbox_id, 9001)
     try:

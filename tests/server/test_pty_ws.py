@@ -13,9 +13,9 @@ import pytest
 from _gw import Gateway
 from ptyscreen import Screen
 
-from agent_sandbox.errors import NotFoundError, ResourceExhaustedError, UnauthenticatedError
-from agent_sandbox.providers.remote import RemoteProvider
-from agent_sandbox.server.quotas import TERMINALS_PER_KEY
+from agent_sandbox.core.errors import NotFoundError, ResourceExhaustedError, UnauthenticatedError
+from agent_sandbox.remote import RemoteProvider
+from agent_sandbox.surfaces.http.quotas import TERMINALS_PER_KEY
 
 pytestmark = pytest.mark.integration
 websockets_client = pytest.importorskip("websockets.sync.client",

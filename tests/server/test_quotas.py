@@ -8,10 +8,16 @@ import time
 import pytest
 from _gw import Gateway
 
-from agent_sandbox.errors import ResourceExhaustedError
-from agent_sandbox.providers.remote import RemoteProvider
+from agent_sandbox.core.errors import ResourceExhaustedError
+from agent_sandbox.remote import RemoteProvider
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.quick]
+
+
+@pytest.fixture(scope="session")
+def gw(gw_memory: Gateway) -> Gateway:
+    """This module's subject is the gateway itself: on the memory backend."""
+    return gw_memory
 
 
 def test_sandbox_quota(gw: Gateway) -> None:
@@ -81,7 +87,7 @@ def test_slow_uploads_hold_a_slot_of_their_own(gw: Gateway) -> None:
         # The slow upload holds the slot once the guest has its temporary file; probing
         # before that could take the slot first (and the slow one would be the 429).
         deadline = time.monotonic() + 30
-        while ".slow.abx-" not in provider.run(sandbox_id, "ls -a /tmp").stdout:
+        while ".slow.abx" not in provider.run(sandbox_id, "ls -a /tmp").stdout:
             assert time.monotonic() < deadline, "the slow upload never reached the guest"
             time.sleep(0.05)
         with pytest.raises(ResourceExhaustedError, match="uploads at once"):

@@ -1,12 +1,13 @@
-"""The gateway's schema states bounds the engine and the guest keep as literals
-(agent_sandbox/server/schemas.py names them): the engine must accept each bound and
-refuse just past it, so the two cannot drift apart. Then the inputs JSON can carry that
+"""Every schema states the bounds the service checks and the guest keeps as literals
+(agent_sandbox/core/bounds.py names them): the service must accept each bound and refuse
+just past it, so the two cannot drift apart. Then the inputs JSON can carry that
 no schema generator sends: lone surrogates, huge integers, a final newline."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import os
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,27 +17,30 @@ from _gw import Gateway
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_sandbox.errors import (
+from agent_sandbox.core import bounds as b
+from agent_sandbox.core import validate
+from agent_sandbox.core.errors import (
     InvalidArgumentError,
     ResourceExhaustedError,
     SandboxError,
     WrongStateError,
 )
 from agent_sandbox.providers.local import local_provider
-from agent_sandbox.runtime import validate
-from agent_sandbox.runtime.engine import Engine
-from agent_sandbox.server import schemas as s
+from agent_sandbox.service.service import SandboxService
+from agent_sandbox.surfaces.rest import schemas as s
 
 pytestmark = pytest.mark.integration
+HOST_CPUS = os.cpu_count() or 1  # the runc backend's bound on cpu
+HOST_MEMORY_MB = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 20  # and memory
 
 
 @pytest.fixture(scope="module")
-def engine() -> Engine:
+def engine() -> SandboxService:
     return local_provider()
 
 
 @pytest.fixture(scope="module")
-def box(engine: Engine) -> Iterator[str]:
+def box(engine: SandboxService) -> Iterator[str]:
     sandbox_id = engine.create().sandbox_id
     yield sandbox_id
     engine.kill(sandbox_id, delete_volume=True)
@@ -52,41 +56,41 @@ def _accepted(call: Callable[[], Any]) -> None:
         pass
 
 
-def test_engine_keeps_the_bounds_the_schema_states(engine: Engine, box: str) -> None:
+def test_engine_keeps_the_bounds_the_schema_states(engine: SandboxService, box: str) -> None:
     pid = engine.start(box, "sleep 600")
     done = engine.start(box, "true")
     engine.write_file(box, "/workspace/f", b"x")
     cases: list[tuple[Callable[[Any], Any], Any, Any]] = [
         # (call, the bound, just past it)
         (lambda t: engine.run(box, "true", timeout=t),
-         s.MAX_COMMAND_TIMEOUT, s.MAX_COMMAND_TIMEOUT + 0.5),
-        (lambda t: engine.wait(box, done, timeout=t), s.MAX_COMMAND_TIMEOUT, 1e300),
+         b.MAX_COMMAND_TIMEOUT, b.MAX_COMMAND_TIMEOUT + 0.5),
+        (lambda t: engine.wait(box, done, timeout=t), b.MAX_COMMAND_TIMEOUT, 1e300),
         (lambda t: engine.run_code(box, "1", timeout=t),
-         s.MAX_COMMAND_TIMEOUT, s.MAX_COMMAND_TIMEOUT + 1),
-        (lambda t: engine.set_timeout(box, t), s.MAX_SANDBOX_TIMEOUT,
-         s.MAX_SANDBOX_TIMEOUT + 1),
-        (lambda p: engine.process_output(box, p), s.MAX_PID, s.MAX_PID + 1),
+         b.MAX_COMMAND_TIMEOUT, b.MAX_COMMAND_TIMEOUT + 1),
+        (lambda t: engine.set_timeout(box, t), b.MAX_SANDBOX_TIMEOUT,
+         b.MAX_SANDBOX_TIMEOUT + 1),
+        (lambda p: engine.process_output(box, p), b.MAX_PID, b.MAX_PID + 1),
         (lambda p: engine.process_output(box, p), 1, 0),
         # The engine takes one more character than the kernel, which the gateway states.
-        (lambda n: engine.exists(box, "/" + "a" * (n - 1)), s.MAX_PATH, s.MAX_PATH + 2),
-        (lambda d: engine.list_files(box, "/workspace", depth=d), s.MAX_DEPTH,
-         s.MAX_DEPTH + 1),
-        (lambda m: engine.write_file(box, "/workspace/f", b"x", mode=m), s.MAX_MODE,
-         s.MAX_MODE + 1),
+        (lambda n: engine.exists(box, "/" + "a" * (n - 1)), b.MAX_PATH, b.MAX_PATH + 2),
+        (lambda d: engine.list_files(box, "/workspace", depth=d), b.MAX_DEPTH,
+         b.MAX_DEPTH + 1),
+        (lambda m: engine.write_file(box, "/workspace/f", b"x", mode=m), b.MAX_MODE,
+         b.MAX_MODE + 1),
         (lambda o: list(engine.read_file(box, "/workspace/f", offset=o)),
-         s.MAX_FILE_OFFSET, s.MAX_FILE_OFFSET + 1),
+         b.MAX_FILE_OFFSET, b.MAX_FILE_OFFSET + 1),
         (lambda n: list(engine.read_file(box, "/workspace/f", limit=n)),
-         s.MAX_FILE_OFFSET, s.MAX_FILE_OFFSET + 1),
-        (lambda n: engine.kill_process(box, pid, n), s.MAX_SIGNAL, s.MAX_SIGNAL + 1),
-        (lambda n: engine.kill_process(box, pid, n), s.MIN_SIGNAL, s.MIN_SIGNAL - 1),
+         b.MAX_FILE_OFFSET, b.MAX_FILE_OFFSET + 1),
+        (lambda n: engine.kill_process(box, pid, n), b.MAX_SIGNAL, b.MAX_SIGNAL + 1),
+        (lambda n: engine.kill_process(box, pid, n), b.MIN_SIGNAL, b.MIN_SIGNAL - 1),
         (lambda lang: engine.run_code(box, "1", language=lang), s.LANGUAGES[-1], "ruby"),
         (lambda state: engine.list(state=state), s.SANDBOX_STATES[-1], "creating"),
-        (lambda n: engine.create(memory_mb=n), None, s.MIN_MEMORY_MB - 1),
-        (lambda n: engine.create(memory_mb=n), None, s.MAX_MEMORY_MB + 1),
-        (lambda n: engine.create(disk_mb=n), None, s.MIN_DISK_MB - 1),
-        (lambda n: engine.create(disk_mb=n), None, s.MAX_DISK_MB + 1),
-        (lambda n: engine.create(cpu=n), None, s.MAX_CPU + 0.5),
-        (lambda t: engine.create(timeout=t), None, s.MAX_SANDBOX_TIMEOUT + 1),
+        (lambda n: engine.create(memory_mb=n), None, b.MIN_MEMORY_MB - 1),
+        (lambda n: engine.create(memory_mb=n), None, b.MAX_MEMORY_MB + 1),
+        (lambda n: engine.create(disk_mb=n), None, b.MIN_DISK_MB - 1),
+        (lambda n: engine.create(disk_mb=n), None, b.MAX_DISK_MB + 1),
+        (lambda n: engine.create(cpu=n), None, HOST_CPUS + 0.5),
+        (lambda t: engine.create(timeout=t), None, b.MAX_SANDBOX_TIMEOUT + 1),
     ]
     for call, bound, past in cases:
         if bound is not None:
@@ -98,14 +102,14 @@ def test_engine_keeps_the_bounds_the_schema_states(engine: Engine, box: str) -> 
             engine.run_code(box, "1", language=language)
 
 
-def test_engine_creates_at_the_bounds(engine: Engine) -> None:
-    for kw in ({"memory_mb": s.MIN_MEMORY_MB, "disk_mb": s.MIN_DISK_MB, "cpu": s.MAX_CPU,
-                "timeout": s.MAX_SANDBOX_TIMEOUT},
-               {"memory_mb": s.MAX_MEMORY_MB, "cpu": s.MIN_CPU}):
+def test_engine_creates_at_the_bounds(engine: SandboxService) -> None:
+    for kw in ({"memory_mb": b.MIN_MEMORY_MB, "disk_mb": b.MIN_DISK_MB, "cpu": HOST_CPUS,
+                "timeout": b.MAX_SANDBOX_TIMEOUT},
+               {"memory_mb": HOST_MEMORY_MB, "cpu": b.MIN_CPU}):
         info = engine.create(**kw)
         engine.kill(info.sandbox_id, delete_volume=True)
     try:  # past every argument check, then refused by the space the host really has
-        info = engine.create(disk_mb=s.MAX_DISK_MB)
+        info = engine.create(disk_mb=b.MAX_DISK_MB)
         engine.kill(info.sandbox_id, delete_volume=True)
     except ResourceExhaustedError as exc:
         assert "host disk too full" in str(exc), exc
@@ -139,7 +143,7 @@ def test_command_pattern_is_the_engines_check(text: str) -> None:
 
 
 _NAMES = st.one_of(st.sampled_from(["", ".", "..", "...", ".a", "..a"]),
-                  st.integers(1, s.MAX_NAME + 5).map(lambda n: "x" * n),
+                  st.integers(1, b.MAX_NAME + 5).map(lambda n: "x" * n),
                   st.text(alphabet="ab.", max_size=4))
 
 
@@ -191,9 +195,9 @@ def test_inputs_json_can_carry(gw: Gateway, sandbox_a: str) -> None:
             http.delete(f"{sb}/files", params={"path": "/workspace/.."}),
             http.post(f"{sb}/files/rename", json={"src": "/workspace/a", "dst": "/"}),
             http.put(f"{sb}/files/content", content=b"x", params={
-                "path": "/workspace/" + "w" * (s.MAX_NAME - s.WRITE_SPARE + 1)}),
-            http.get(f"{sb}/files/stat", params={"path": "/" + "a" * (s.MAX_NAME + 1)}),
-            http.get(f"{sb}/files/exists", params={"path": "/a" * (s.MAX_PATH // 2 + 1)}),
+                "path": "/workspace/" + "w" * (b.MAX_NAME - s.WRITE_SPARE + 1)}),
+            http.get(f"{sb}/files/stat", params={"path": "/" + "a" * (b.MAX_NAME + 1)}),
+            http.get(f"{sb}/files/exists", params={"path": "/a" * (b.MAX_PATH // 2 + 1)}),
             http.get(f"/v1/sandboxes/{sandbox_a}%0A"),
             http.post(f"/v1/sandboxes/{sandbox_a}%0A/commands", json={"cmd": "true",
                                                                         "stream": True}),
@@ -205,9 +209,9 @@ def test_inputs_json_can_carry(gw: Gateway, sandbox_a: str) -> None:
             _raw(http, "POST", f"{sb}/processes/4194304/kill", '{"signal": 9.0}'),
             http.post(f"{sb}/files/mkdir", json={"path": "/workspace/d/"}),
             http.put(f"{sb}/files/content", content=b"x", params={
-                "path": "/workspace/" + "w" * (s.MAX_NAME - s.WRITE_SPARE)}),
-            http.get(f"{sb}/files/exists", params={"path": "/a" * (s.MAX_PATH // 2)}),
-            http.get(f"{sb}/files/stat", params={"path": "/workspace/" + "a" * s.MAX_NAME}),
+                "path": "/workspace/" + "w" * (b.MAX_NAME - s.WRITE_SPARE)}),
+            http.get(f"{sb}/files/exists", params={"path": "/a" * (b.MAX_PATH // 2)}),
+            http.get(f"{sb}/files/stat", params={"path": "/workspace/" + "a" * b.MAX_NAME}),
         ]
     for response in refused:
         assert response.status_code == 400, (response.request.url, response.text)

@@ -5,9 +5,15 @@ from __future__ import annotations
 import pytest
 from _gw import Gateway
 
-from agent_sandbox.errors import NotFoundError
+from agent_sandbox.core.errors import NotFoundError
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.quick]
+
+
+@pytest.fixture(scope="session")
+def gw(gw_memory: Gateway) -> Gateway:
+    """This module's subject is the gateway itself: on the memory backend."""
+    return gw_memory
 
 
 def test_other_key_cannot_read_list_exec_or_delete(gw: Gateway, sandbox_a: str) -> None:

@@ -12,10 +12,16 @@ import pytest
 from _gw import Gateway
 
 from agent_sandbox import Volume
-from agent_sandbox.errors import NotFoundError
+from agent_sandbox.core.errors import NotFoundError
 
-pytestmark = pytest.mark.integration
-ABX = [sys.executable, "-m", "agent_sandbox.cli"]
+pytestmark = [pytest.mark.integration, pytest.mark.quick]
+
+
+@pytest.fixture(scope="session")
+def gw(gw_memory: Gateway) -> Gateway:
+    """This module's subject is the gateway itself: on the memory backend."""
+    return gw_memory
+ABX = [sys.executable, "-m", "agent_sandbox.surfaces.cli"]
 
 
 def _abx(gw: Gateway, who: str, *args: str) -> subprocess.CompletedProcess[str]:

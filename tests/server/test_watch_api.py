@@ -15,7 +15,13 @@ import httpx2 as httpx
 import pytest
 from _gw import Gateway
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.quick]
+
+
+@pytest.fixture(scope="session")
+def gw(gw_memory: Gateway) -> Gateway:
+    """This module's subject is the gateway itself: on the memory backend."""
+    return gw_memory
 WAIT = 10.0
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_sandbox.errors import InvalidArgumentError
-from agent_sandbox.server.e2b.routing import addressed, username
-from agent_sandbox.server.e2b.tokens import SECRET_FILE, AccessTokens
+from agent_sandbox.core.errors import InvalidArgumentError
+from agent_sandbox.surfaces.e2b.routing import addressed, username
+from agent_sandbox.surfaces.e2b.tokens import SECRET_FILE, AccessTokens
 
 
 def _scope(*headers: tuple[str, str]) -> dict[str, object]:

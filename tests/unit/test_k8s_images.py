@@ -1,4 +1,4 @@
-"""The image tar of a template (providers/kubernetes/images.py): a tiny template on disk,
+"""The image tar of a template (backends/kubernetes/images.py): a tiny template on disk,
 flattened and written as a docker-archive; the tar read back. No root, no cluster."""
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from agent_sandbox.errors import InvalidArgumentError
-from agent_sandbox.providers.kubernetes import images
-from agent_sandbox.runtime.templates import Layer, Template, TemplateStore
+from agent_sandbox.backends.kubernetes import images
+from agent_sandbox.backends.runc.templates import export
+from agent_sandbox.backends.runc.templates.store import TemplateStore
+from agent_sandbox.core.errors import InvalidArgumentError
+from agent_sandbox.core.templates import Layer, Template
 
 SECRET = b"host secret: never in an image\n"
 
@@ -206,7 +208,7 @@ def test_host_base_parts_are_replaced_by_the_image_base(tmp_path: Path) -> None:
         Layer("/etc", [str(tmp_path / "store/base/etc-0-stale")]), Layer("/bin", ["/bin"])])
     image_base = Template(name="base", kind="base", layers=[
         Layer("/", ["/img/skel"]), Layer("/usr", ["/img/usr"]), Layer("/etc", ["/img/etc"])])
-    got = images.image_layers(store, tmpl, image_base)
+    got = export.image_layers(store, tmpl, image_base)
     assert [(la.target, la.lowers) for la in got] == [
         ("/", [own, "/img/skel"]), ("/usr", ["/img/usr"]), ("/etc", ["/img/etc"])]
-    assert images.image_layers(store, store.get("base"), image_base) == image_base.layers
+    assert export.image_layers(store, store.get("base"), image_base) == image_base.layers

@@ -7,15 +7,17 @@ import json
 
 import pytest
 
-from agent_sandbox.errors import InvalidArgumentError
-from agent_sandbox.netpolicy import parse
-from agent_sandbox.providers.kubernetes import objects
-from agent_sandbox.providers.kubernetes.pods import live_of, row_of
-from agent_sandbox.providers.kubernetes.provider import _cluster_policy, _mib
-from agent_sandbox.runtime.store import SandboxRow, SandboxState
+from agent_sandbox.backends.kubernetes import objects
+from agent_sandbox.backends.kubernetes.backend import _mib
+from agent_sandbox.backends.kubernetes.pods import live_of, row_of
+from agent_sandbox.core.errors import InvalidArgumentError
+from agent_sandbox.core.network import parse
+from agent_sandbox.core.network import parse as parse_policy
+from agent_sandbox.core.states import SandboxState
+from agent_sandbox.service.record import SandboxRecord
 
 
-def _row(**kw: object) -> SandboxRow:
+def _row(**kw: object) -> SandboxRecord:
     base = dict(id="sbx-abcdefghij", template="base", state=SandboxState.RUNNING,
                 created_at=1.0, last_used=2.0, timeout=300.0, persistent=False,
                 network=parse("off"), volume_id="vol-abcdefghij",
@@ -23,7 +25,7 @@ def _row(**kw: object) -> SandboxRow:
                 limits={"cpu": 0.5, "memory_mb": 256, "disk_mb": 64, "pids": 512},
                 owner="key-1")
     base.update(kw)
-    return SandboxRow(**base)  # type: ignore[arg-type]
+    return SandboxRecord(**base)  # type: ignore[arg-type]
 
 
 def test_pod_runs_the_guest_unprivileged_with_its_token_from_the_secret() -> None:
@@ -116,10 +118,10 @@ def test_network_policy_follows_the_sandbox_policy() -> None:
 
 def test_names_cannot_be_enforced_by_a_network_policy() -> None:
     with pytest.raises(InvalidArgumentError, match="not names"):
-        _cluster_policy(["pypi.org"])
+        objects.check_enforceable(parse_policy(["pypi.org"]))
     with pytest.raises(InvalidArgumentError):
-        _cluster_policy("registries")
-    assert _cluster_policy(True).mode == "full"
+        objects.check_enforceable(parse_policy("registries"))
+    assert objects.check_enforceable(parse_policy(True)) is None  # full: addresses only
 
 
 def test_volume_sizes_read_back_in_mib() -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_sandbox.errors import InvalidArgumentError
-from agent_sandbox.netpolicy import parse
-from agent_sandbox.server.keys import KeyStore
+from agent_sandbox.core.errors import InvalidArgumentError
+from agent_sandbox.core.network import parse
+from agent_sandbox.surfaces.http.keys import KeyStore
 
 OLD_SCHEMA = """
 CREATE TABLE keys (id TEXT PRIMARY KEY, name TEXT NOT NULL, hash TEXT NOT NULL UNIQUE,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent_sandbox.errors import InvalidArgumentError, PermissionDeniedError
-from agent_sandbox.netpolicy import PRESETS, NetworkPolicy, parse
+from agent_sandbox.core.errors import InvalidArgumentError, PermissionDeniedError
+from agent_sandbox.core.network import PRESETS, NetworkPolicy, parse
 
 OFF, FULL = NetworkPolicy(), NetworkPolicy(mode="full")
 
@@ -223,7 +223,7 @@ def test_errors_never_echo_a_huge_value() -> None:
 
 
 def test_compact_is_the_shortest_spelling_parse_reads_back() -> None:
-    from agent_sandbox.netpolicy import compact
+    from agent_sandbox.core.network import compact
 
     assert compact(OFF) is False and compact(FULL) is True
     for value in ("registries", {"deny_out": ["evil.com"]}, "pypi.org,10.0.0.0/8"):

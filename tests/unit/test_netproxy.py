@@ -18,17 +18,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_sandbox.netpolicy import parse
-from agent_sandbox.runtime import netns
-from agent_sandbox.runtime.netproxy import config as proxy_config
-from agent_sandbox.runtime.netproxy.decide import decide
-from agent_sandbox.runtime.netproxy.dns_server import DnsServer
-from agent_sandbox.runtime.netproxy.fake import FakeAddresses, is_fake
-from agent_sandbox.runtime.netproxy.log import Log
-from agent_sandbox.runtime.netproxy.peek import inspect
-from agent_sandbox.runtime.netproxy.resolver import Resolver
+from agent_sandbox.backends.runc.netproxy import config as proxy_config
+from agent_sandbox.backends.runc.netproxy import namespace as netns
+from agent_sandbox.backends.runc.netproxy.decide import decide
+from agent_sandbox.backends.runc.netproxy.dns_server import DnsServer
+from agent_sandbox.backends.runc.netproxy.fake import FakeAddresses, is_fake
+from agent_sandbox.backends.runc.netproxy.log import Log
+from agent_sandbox.backends.runc.netproxy.peek import inspect
+from agent_sandbox.backends.runc.netproxy.resolver import Found, Resolver
+from agent_sandbox.core.network import parse
 
 PUBLIC = "93.184.216.34"
+DOC = "203.0.113.80"  # TEST-NET-3: what this test host's own resolver gives the registries
 
 
 def _client_hello(name: str) -> bytes:
@@ -77,7 +78,8 @@ def _resolver(policy: Any, **kw: Any) -> Resolver:
     blocked = tuple(netns.blocked_networks()) if kw.pop("host", False) else ()
     return Resolver(proxy_config.ProxyConfig(
         policy=parse(policy), blocked=blocked,
-        hosts={"a.test": (PUBLIC,), "inner.test": ("10.1.2.3",), "local.test": ("127.0.0.2",)},
+        hosts={"a.test": (PUBLIC,), "inner.test": ("10.1.2.3",), "local.test": ("127.0.0.2",),
+               "doc.test": (DOC,)},
         **kw))
 
 
@@ -99,7 +101,7 @@ def test_the_decision_table() -> None:
     assert not allowed and "not allowed by network policy allowlist" in why
     assert not _decide(listed, fake, "198.18.0.200")[0]  # stands for no name
     allowed, why, _ = _decide(listed, fake, fake.address_for("inner.test"))
-    assert not allowed and "does not resolve to an address a sandbox may reach" in why
+    assert not allowed and "resolves only to 10.1.2.3 (not a global address)" in why
     allowed, why, _ = _decide(listed, fake, "10.0.0.1")
     assert not allowed and "never reaches" in why
     allowed, why, _ = _decide(listed, fake, PUBLIC)
@@ -219,8 +221,8 @@ def test_a_host_that_is_an_address_must_be_the_address() -> None:
 
 
 def test_unreadable_first_bytes_are_refused_before_the_policy() -> None:
-    from agent_sandbox.runtime.netproxy.decide import unreadable
-    from agent_sandbox.runtime.netproxy.peek import Hello
+    from agent_sandbox.backends.runc.netproxy.decide import unreadable
+    from agent_sandbox.backends.runc.netproxy.peek import Hello
 
     assert "Host header" in unreadable(Hello("http"))
     assert "did not finish" in unreadable(Hello("incomplete"))
@@ -229,7 +231,7 @@ def test_unreadable_first_bytes_are_refused_before_the_policy() -> None:
 
 
 def test_an_absolute_form_request_is_the_only_one_on_its_connection() -> None:
-    from agent_sandbox.runtime.netproxy.explicit import _one_request
+    from agent_sandbox.backends.runc.netproxy.explicit import _one_request
 
     head = (b"GET / HTTP/1.1\r\nHost: a.test\r\nProxy-Connection: keep-alive\r\n"
             b"connection : Keep-Alive\r\nKeep-Alive: 300\r\nAccept: */*\r\n\r\n")
@@ -248,7 +250,7 @@ def _tcp_pair() -> tuple[socket.socket, socket.socket]:
 
 
 def test_the_relay_carries_both_ways_with_half_close() -> None:
-    from agent_sandbox.runtime.netproxy.relay import relay
+    from agent_sandbox.backends.runc.netproxy.relay import relay
 
     async def go() -> tuple[bytes, bytes]:
         loop = asyncio.get_running_loop()
@@ -284,7 +286,7 @@ def test_the_relay_carries_both_ways_with_half_close() -> None:
 
 
 def test_the_relay_resets_one_side_when_the_other_fails() -> None:
-    from agent_sandbox.runtime.netproxy.relay import relay, reset
+    from agent_sandbox.backends.runc.netproxy.relay import relay, reset
 
     async def go() -> None:
         loop = asyncio.get_running_loop()
@@ -306,8 +308,105 @@ def test_the_relay_resets_one_side_when_the_other_fails() -> None:
 @given(st.binary(max_size=400), st.sampled_from([b"", b"GET / HTTP/1.1\r\n", b"CONNECT ",
                                                    b"\x16\x03\x01\x02\x00\x01"]))
 def test_hostile_heads_never_raise(data: bytes, prefix: bytes) -> None:
-    from agent_sandbox.runtime.netproxy.decide import unreadable
+    from agent_sandbox.backends.runc.netproxy.decide import unreadable
 
     hello = inspect(prefix + data)
     assert hello.kind in ("tls", "http", "other", "partial")
     unreadable(hello)
+
+
+def _ede(reply: dns.message.Message | None) -> tuple[int, str]:
+    assert reply is not None
+    found = [o for o in reply.options if isinstance(o, dns.edns.EDEOption)]
+    return reply.rcode(), found[0].text if found else ""
+
+
+def test_a_name_resolving_only_to_blocked_addresses_names_them_and_the_setting(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The refusal of an allowed name the host resolves to a reserved range names the
+    address, its range and the operator setting that opens it: in the 403 (decide), the
+    DNS answer's extended error and the log; a ``full`` sandbox is told less."""
+    fake = FakeAddresses()
+    listed = _resolver(["doc.test"], host=True)
+    allowed, why, _ = _decide(listed, fake, fake.address_for("doc.test"))
+    assert not allowed and f"doc.test resolves only to {DOC} (in 203.0.113.0/24)" in why, why
+    assert f"ABX_NETWORK_OPEN_RANGES={DOC}/32" in why, why
+    rcode, text = _ede(_ask(DnsServer(listed, fake, Log()),
+                            dns.message.make_query("doc.test", "A", use_edns=0).to_wire()))
+    assert rcode == dns.rcode.NXDOMAIN and text.startswith(why[:150]), text
+    full = _resolver({"deny_out": ["bad.test"]}, host=True)
+    decision = asyncio.run(decide(full, fake, fake.address_for("doc.test"), None))
+    assert not decision.allowed and DOC not in decision.why, decision
+    assert "ABX_NETWORK_OPEN_RANGES" in decision.why and DOC in decision.log_text, decision
+    # Not pinned: the real lookup path (the host's getaddrinfo, as for every name).
+    found = asyncio.run(full.resolve("localhost"))
+    assert not found.reachable and found.blocked[0][0] == "127.0.0.1", found
+    assert "localhost resolves only to 127.0.0.1 (in 127." in found.why_not("localhost")
+    capsys.readouterr()
+    rcode, text = _ede(_ask(DnsServer(full, fake, Log()),
+                            dns.message.make_query("doc.test", "A", use_edns=0).to_wire()))
+    assert rcode == dns.rcode.NXDOMAIN and DOC not in text, text
+    assert "the host's proxy log names them" in text, text
+    assert f"refused: DNS doc.test: doc.test resolves only to {DOC} (in 203.0.113.0/24)" \
+        in capsys.readouterr().err
+    assert Found().why_not("x.test") == "x.test does not resolve on the host"
+
+
+def test_a_broken_lookup_gets_an_answer_and_fails_the_proxy_start(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a proxy whose user cannot read its Python did: getaddrinfo's thread pool
+    failed to import, and the DNS query went unanswered (the sandbox waited, retried
+    and gave up; connections were reset). Now the query gets SERVFAIL saying why, and
+    the proxy's start check (Resolver.check) fails, naming it."""
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise ModuleNotFoundError("No module named 'concurrent.futures.thread'")
+
+    resolver = _resolver(["x.test"])
+    monkeypatch.setattr(asyncio.BaseEventLoop, "getaddrinfo", broken)
+    reply = _ask(DnsServer(resolver, FakeAddresses(), Log()),
+                 dns.message.make_query("x.test", "A", use_edns=0).to_wire())
+    rcode, text = _ede(reply)
+    assert rcode == dns.rcode.SERVFAIL and "ModuleNotFoundError" in text, text
+    with pytest.raises(OSError, match="name lookups fail in the proxy: ModuleNotFoundError"):
+        asyncio.run(resolver.check())
+    monkeypatch.undo()
+    asyncio.run(resolver.check())  # a working lookup passes, whatever it answers
+
+
+def test_a_refused_tunnel_says_why_where_pip_shows_it(tmp_path: Path) -> None:
+    """pip and requests show only the status line of a refused CONNECT (``Tunnel
+    connection failed: 403 ...``), after their retries: the reason is in it."""
+    import threading
+    import urllib.error
+    import urllib.request
+
+    from agent_sandbox.backends.runc.netproxy import explicit
+    from agent_sandbox.backends.runc.netproxy.tcp import TcpProxy
+
+    proxy = TcpProxy(_resolver(["doc.test"], host=True), FakeAddresses(), Log())
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    seen: list[str] = []
+
+    def client() -> None:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({"https": url}))
+        try:
+            opener.open("https://doc.test/simple/", timeout=10)
+        except urllib.error.URLError as exc:
+            seen.append(str(exc.reason))
+
+    async def serve() -> None:
+        thread = threading.Thread(target=client)
+        thread.start()
+        conn, _ = await asyncio.get_running_loop().sock_accept(listener)
+        conn.setblocking(False)
+        await explicit.handle(proxy, conn)
+        await asyncio.to_thread(thread.join)
+
+    asyncio.run(serve())
+    listener.close()
+    assert seen and seen[0].startswith("Tunnel connection failed: 403 Forbidden by sandbox "
+                                       f"network policy: doc.test resolves only to {DOC} "
+                                       "(in 203.0.113.0/24)"), seen
+    assert f"ABX_NETWORK_OPEN_RANGES={DOC}/32" in seen[0], seen

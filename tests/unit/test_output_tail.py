@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from agent_sandbox.runtime.guest_streams import OutputTail
+from agent_sandbox.guestlink.streams import OutputTail
 
 
 @pytest.mark.parametrize("cap", [0, 1, 1000, 1 << 20])

@@ -1,7 +1,7 @@
 """What the gateway holds of a stream it relays, in-process: its event queue is bounded
-by the bytes the events carry (server/event_queue.py), and an envd process stream's
+by the bytes the events carry (surfaces/http/event_queue.py), and an envd process stream's
 events carry at most 64 KiB of output each, cut between UTF-8 characters
-(server/e2b/envd/proc_events.py); a client that does not read makes the work wait."""
+(surfaces/e2b/envd/proc_events.py); a client that does not read makes the work wait."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from agent_sandbox.server import streaming
-from agent_sandbox.server.e2b.envd import proc_events as ev
-from agent_sandbox.server.event_queue import MAX_BYTES, EventQueue, event_size
-from agent_sandbox.server.streaming import Emit
+from agent_sandbox.surfaces.e2b.envd import proc_events as ev
+from agent_sandbox.surfaces.http import streaming
+from agent_sandbox.surfaces.http.event_queue import MAX_BYTES, EventQueue, event_size
+from agent_sandbox.surfaces.http.streaming import Emit
 
 KiB = 1 << 10
 

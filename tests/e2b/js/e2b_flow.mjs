@@ -255,8 +255,14 @@ async function unsupported() {
   })
   if (!sbx) return
   try {
+    // Served (from the sandbox's cgroup), unlike the calls below.
+    await step('getMetrics', async () => {
+      const samples = await sbx.getMetrics()
+      const last = samples[samples.length - 1]
+      return { count: samples.length, cpuCount: last.cpuCount, memUsed: last.memUsed,
+               memTotal: last.memTotal, diskTotal: last.diskTotal }
+    })
     const calls = {
-      getMetrics: () => sbx.getMetrics(),
       createSnapshot: () => sbx.createSnapshot(),
       listSnapshots: () => sbx.listSnapshots().nextItems(),
       fork: () => sbx.fork(),

@@ -21,19 +21,21 @@ from agent_sandbox.sdk.async_sandbox import (
     AsyncFiles,
     AsyncPty,
     AsyncPtyHandle,
+    AsyncSecret,
     AsyncVolume,
     AsyncWatchHandle,
 )
 from agent_sandbox.sdk.commands import CommandHandle, Commands
 from agent_sandbox.sdk.files import Files
 from agent_sandbox.sdk.pty import Pty, PtyHandle
+from agent_sandbox.sdk.secret import Secret
 from agent_sandbox.sdk.twin import AsyncTwin, async_twin_of, public_members
 from agent_sandbox.sdk.volume import Volume
 from agent_sandbox.sdk.watch import WatchHandle
 
 PAIRS = [(Sandbox, AsyncSandbox), (Commands, AsyncCommands), (Files, AsyncFiles),
          (CommandHandle, AsyncCommandHandle), (Pty, AsyncPty), (PtyHandle, AsyncPtyHandle),
-         (WatchHandle, AsyncWatchHandle), (Volume, AsyncVolume)]
+         (WatchHandle, AsyncWatchHandle), (Volume, AsyncVolume), (Secret, AsyncSecret)]
 
 
 def _kind(member: Any) -> str:

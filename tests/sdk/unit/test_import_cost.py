@@ -1,4 +1,4 @@
-"""The SDK and a remote client load nothing of the engine (``agent_sandbox.runtime``:
+"""The SDK and a remote client load nothing of the engine (``agent_sandbox.backends``:
 rootless probes, ctypes syscalls, subid parsing): a fresh interpreter shows it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 _PROBE = """
 import json, sys
-loaded = lambda: sorted(m for m in sys.modules if m.startswith("agent_sandbox.runtime"))
+loaded = lambda: sorted(m for m in sys.modules if m.startswith("agent_sandbox.backends"))
 import agent_sandbox
 after_import = loaded()
 {step}
@@ -38,4 +38,4 @@ def test_import_and_remote_client_load_no_engine_module() -> None:
 def test_the_probe_sees_engine_modules_when_they_are_loaded() -> None:
     # The same probe lists them once the local engine's provider module is imported.
     seen = _probe("import agent_sandbox.providers.local")
-    assert seen["import"] == [] and "agent_sandbox.runtime.engine" in seen["step"]
+    assert seen["import"] == [] and "agent_sandbox.backends.runc.backend" in seen["step"]

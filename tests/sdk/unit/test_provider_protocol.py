@@ -1,6 +1,6 @@
 """``Provider`` lists every method the SDK calls, and every implementation has each one
 with the protocol's parameters (an implementation may add parameters with defaults, as
-the engine's ``owner``)."""
+the service's ``owner``)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_sandbox.providers.base import Provider
-from agent_sandbox.providers.kubernetes.provider import KubernetesProvider
-from agent_sandbox.providers.remote import RemoteProvider
-from agent_sandbox.runtime.engine import Engine
+from agent_sandbox.core.provider import Provider
+from agent_sandbox.remote import RemoteProvider
+from agent_sandbox.service.service import SandboxService
 
 SDK = Path(__file__).resolve().parents[3] / "agent_sandbox" / "sdk"
 PROTOCOL = {name for name in vars(Provider)
@@ -30,7 +29,7 @@ def test_every_provider_method_the_sdk_calls_is_in_the_protocol() -> None:
     assert used - PROTOCOL == set()
 
 
-@pytest.mark.parametrize("implementation", [Engine, RemoteProvider, KubernetesProvider])
+@pytest.mark.parametrize("implementation", [SandboxService, RemoteProvider])
 def test_implementations_have_the_protocol(implementation: type) -> None:
     for name in sorted(PROTOCOL):
         wanted = inspect.signature(getattr(Provider, name)).parameters

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from agent_sandbox.errors import InvalidArgumentError
-from agent_sandbox.models import FilesystemEvent
-from agent_sandbox.runtime.guest_client import GuestClient
+from agent_sandbox.core.errors import InvalidArgumentError
+from agent_sandbox.core.models import FilesystemEvent
+from agent_sandbox.core.watch import EventQueue
+from agent_sandbox.guestlink.client import GuestClient
 from agent_sandbox.sdk import watch as sdk_watch
 from agent_sandbox.sdk.async_sandbox import AsyncWatchHandle
 from agent_sandbox.sdk.watch import WatchHandle
-from agent_sandbox.watch import EventQueue
 
 AGENT = Path(__file__).resolve().parents[3] / "agent_sandbox" / "guest" / "agent.py"
 

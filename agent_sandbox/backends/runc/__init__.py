@@ -1,0 +1,1 @@
+"""Sandboxes as runc containers on this host (as root, or as an ordinary user)."""

@@ -1,0 +1,1 @@
+"""How this host runs sandboxes: root or rootless, ids, mounts."""

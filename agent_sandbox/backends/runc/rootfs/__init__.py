@@ -1,0 +1,1 @@
+"""A sandbox's root filesystem: overlays over template layers, its disk, confined access."""

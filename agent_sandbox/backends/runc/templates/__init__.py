@@ -1,0 +1,1 @@
+"""Templates: read-only root filesystems and the metadata sandboxes start from."""

@@ -1,0 +1,352 @@
+"""The ``code-interpreter-v1`` template: ``base`` plus a Python environment with a kernel.
+
+The environment is a venv made from the host's ``/usr/bin/python3`` (the interpreter every
+``base`` sandbox sees at the same path), with ``ipykernel`` and a data stack installed from
+the package registry. It lives in the template's directory as ``rootfs-*/opt/abx-python``,
+an extra lower directory under the skeleton of ``/``: inside a sandbox it is
+``/opt/abx-python``, and ``pip install x`` there writes into the sandbox's system layer
+(gone after ``reset_rootfs``).
+
+A venv holds absolute paths only in script shebangs and activation scripts; after the
+build they are rewritten from the build path to ``/opt/abx-python`` (the interpreter
+itself finds its prefix from ``pyvenv.cfg`` next to ``bin/python``, wherever mounted).
+
+Built by ``python -m agent_sandbox.backends.runc.templates.code_interpreter`` or
+``abx template build code-interpreter-v1`` (the setup script runs it), or on the first
+``create(template="code-interpreter-v1")``. Root builds it once for every user of the host,
+in the shared templates directory (``shared_templates.py``); an ordinary user uses that one
+and builds a copy of its own only when there is none. The build inputs (package list,
+Python version, recipe version) are recorded; the same inputs reuse the built template. A
+build whose package index does not answer fails within seconds, naming the index.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from agent_sandbox.backends.runc.templates import package_index
+from agent_sandbox.backends.runc.templates.shared import seal_tree
+from agent_sandbox.backends.runc.templates.store import TemplateStore
+from agent_sandbox.config.engine import EngineConfig
+from agent_sandbox.core.errors import RuntimeUnavailableError
+from agent_sandbox.core.inside import DEFAULT_PATH
+from agent_sandbox.core.templates import BASE, CODE_INTERPRETER, Layer, Template
+
+NAME = CODE_INTERPRETER
+ENV_TARGET = "/opt/abx-python"
+PACKAGES = ("ipykernel", "numpy", "pandas", "matplotlib")
+HOST_PYTHON = "/usr/bin/python3"
+_RECIPE = 1  # bump when the build steps change: a different recipe is a different template
+_CHECK = "import ipykernel, matplotlib_inline, numpy, pandas, matplotlib; print('ok')"
+_PIP_TIMEOUT = 1800
+LineFn = Callable[[str], None]
+
+KERNEL = {
+    "language": "python",
+    "argv": [f"{ENV_TARGET}/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+    # The inline backend turns every figure left open at the end of a cell into image/png.
+    "env": {"MPLBACKEND": "module://matplotlib_inline.backend_inline",
+            "PYTHONUNBUFFERED": "1"},
+}
+
+
+@functools.cache
+def host_python_version() -> str:
+    try:
+        out = subprocess.run([HOST_PYTHON, "-c", "import platform; "
+                              "print(platform.python_version())"],
+                             capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise RuntimeUnavailableError(
+            f"{NAME} needs the host's {HOST_PYTHON} (apt-get install python3 python3-venv): "
+            f"{exc}") from None
+    return out.stdout.strip()
+
+
+def build_inputs(packages: tuple[str, ...] = PACKAGES) -> dict[str, object]:
+    return {"packages": list(packages), "python": host_python_version(),
+            "python_path": HOST_PYTHON, "recipe": _RECIPE}
+
+
+def _stderr_line(line: str) -> None:
+    print(f"[{NAME}] {line}", file=sys.stderr, flush=True)
+
+
+def _layers(store: TemplateStore, env_root: str) -> list[Layer]:
+    """base's layers, with the environment's root as the top lower of ``/``."""
+    layers = []
+    for layer in store.ensure_base().layers:
+        lowers = [env_root, *layer.lowers] if layer.target == "/" else list(layer.lowers)
+        layers.append(Layer(layer.target, lowers))
+    return layers
+
+
+def _env_root(tmpl: Template) -> str:
+    return tmpl.layers[0].lowers[0]
+
+
+def ensure(store: TemplateStore, *, index_url: str = "",
+           progress: LineFn | None = _stderr_line, force: bool = False) -> Template:
+    """The template, built if missing or built from other inputs; cheap when up to date.
+
+    The host's shared one first; then, for an ordinary user, the user's own. Root builds
+    into the shared directory, anyone else into its own store. Also follows base: a
+    changed host /etc gives base a new snapshot, and the template's layers are refreshed
+    to it (the environment is not rebuilt)."""
+    inputs = build_inputs()
+    say = progress or (lambda _line: None)
+    builds_shared = store.shared is not None and store.shared.builder
+    if not force:
+        tmpl = _current_anywhere(store, inputs, builds_shared, say)
+        if tmpl is not None:
+            return tmpl
+    root = store.shared.prepare_root() if builds_shared and store.shared else store.root
+    with open(root / f".{NAME}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per host; the others wait and reuse
+        if not force:
+            tmpl = _current_anywhere(store, inputs, builds_shared, say)
+            if tmpl is not None:
+                return tmpl
+        url = package_index.index_url(index_url)
+        problem = package_index.unreachable(url)
+        if problem is not None:
+            raise RuntimeUnavailableError(unreachable_message(url, problem))
+        return _build(store, root, inputs, index_url.strip(), say)
+
+
+def unreachable_message(url: str, problem: str) -> str:
+    return (f"{NAME} (the Python kernel run_code needs) is not built on this host and "
+            f"cannot be built now: its package index {url} is unreachable ({problem}). "
+            f"Build it from an index this host can reach: `abx template build {NAME} "
+            f"--index-url URL` (or set ABX_TEMPLATE_INDEX_URL; run as root, it is built "
+            "once for every user of the host)")
+
+
+def _current_anywhere(store: TemplateStore, inputs: dict[str, object], builds_shared: bool,
+                      say: LineFn) -> Template | None:
+    shared = _current_shared(store, inputs, say)
+    if shared is not None or builds_shared:
+        return shared  # root's own older copies are not used once it builds for everyone
+    return _current(store, inputs)
+
+
+def _current_shared(store: TemplateStore, inputs: dict[str, object], say: LineFn
+                    ) -> Template | None:
+    from agent_sandbox.backends.runc.templates.shared import Untrusted
+
+    if store.shared is None:
+        return None
+    try:
+        raw = store.shared.check(NAME)
+    except FileNotFoundError:
+        return None
+    except Untrusted as exc:
+        say(f"not using the shared {NAME}: {exc}")
+        return None
+    if raw.build_inputs != inputs or not raw.layers or not raw.layers[0].lowers:
+        return None
+    if not Path(_env_root(raw), ENV_TARGET.lstrip("/"), "pyvenv.cfg").exists():
+        return None
+    return store.compose_shared(raw)
+
+
+def _current(store: TemplateStore, inputs: dict[str, object]) -> Template | None:
+    meta = store.path(NAME) / "template.json"
+    if not meta.exists():
+        return None
+    tmpl = Template.from_json(json.loads(meta.read_text()))
+    if tmpl.build_inputs != inputs or not tmpl.layers or not tmpl.layers[0].lowers:
+        return None
+    root = _env_root(tmpl)
+    if not Path(root, ENV_TARGET.lstrip("/"), "pyvenv.cfg").exists():
+        return None
+    layers = _layers(store, root)
+    if layers != tmpl.layers:
+        tmpl.layers = layers
+        store.save(tmpl)
+    return tmpl
+
+
+def _run(argv: list[str], progress: LineFn, what: str, env: dict[str, str] | None = None
+         ) -> list[str]:
+    """Run a build step, streaming its output lines to ``progress``; returns the lines."""
+    lines: list[str] = []
+    # umask 022: what root builds for everyone must be readable by everyone.
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, stdin=subprocess.DEVNULL, umask=0o022)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + _PIP_TIMEOUT
+    for raw in proc.stdout:
+        line = raw.rstrip()
+        if line:
+            lines.append(line)
+            progress(line)
+        if time.monotonic() > deadline:
+            proc.kill()
+    if proc.wait() != 0:
+        tail = "\n".join(lines[-15:])
+        hint = ""
+        if any(s in tail for s in ("No matching distribution", "Could not find a version",
+                                   "NewConnectionError", "Network is unreachable",
+                                   "Temporary failure in name resolution", "ConnectTimeout",
+                                   "Max retries exceeded")):
+            hint = ("\nThe package registry could not be reached. Give this host access to "
+                    f"it, or build from a reachable index or mirror: `abx template build "
+                    f"{NAME} --index-url URL` (or ABX_TEMPLATE_INDEX_URL).")
+        raise RuntimeUnavailableError(f"building template {NAME} failed at {what} "
+                                      f"(exit {proc.returncode}):\n{tail}{hint}")
+    return lines
+
+
+def _build(store: TemplateStore, root: Path, inputs: dict[str, object], index_url: str,
+           progress: LineFn) -> Template:
+    """Build into ``root``: the shared directory (root) or the store's own."""
+    started = time.monotonic()
+    shared = root != store.root
+    staging = root / f".tmp-{NAME}-{os.getpid()}-{time.time_ns()}"
+    staging.mkdir(mode=0o755)
+    try:
+        rootfs = staging / f"rootfs-{time.time_ns():x}"
+        env_dir = rootfs / ENV_TARGET.lstrip("/")
+        env_dir.parent.mkdir(parents=True)
+        for path in (rootfs, env_dir.parent):
+            os.chmod(path, 0o755)
+        packages = [str(p) for p in inputs["packages"]]  # type: ignore[attr-defined]
+        progress(f"creating a Python {inputs['python']} environment for {ENV_TARGET}")
+        _run([HOST_PYTHON, "-m", "venv", str(env_dir)], progress, "python3 -m venv")
+        progress(f"installing {' '.join(packages)} from the package registry")
+        pip_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        pip_env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
+        index = ["--index-url", index_url] if index_url else []
+        _run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "--progress-bar", "off",
+              *index, *packages], progress, "pip install", env=pip_env)
+        _relocate(env_dir, ENV_TARGET)
+        check = subprocess.run([str(env_dir / "bin" / "python"), "-c", _CHECK],
+                               capture_output=True, text=True, timeout=300)
+        if check.returncode != 0:
+            raise RuntimeUnavailableError(f"building template {NAME}: the environment does "
+                                          f"not import its packages:\n{check.stderr[-2000:]}")
+        final_root = root / NAME / rootfs.name
+        # Shared: its own layer only (each engine stacks it on its own base).
+        layers = [Layer("/", [str(final_root)])] if shared else _layers(store, str(final_root))
+        tmpl = Template(
+            name=NAME, kind="built", layers=layers,
+            env={"PATH": f"{ENV_TARGET}/bin:{DEFAULT_PATH}", "VIRTUAL_ENV": ENV_TARGET},
+            kernel=dict(KERNEL), build_inputs=inputs,
+            description=f"{BASE} plus Python {inputs['python']} in {ENV_TARGET} with "
+                        f"{', '.join(packages)}; a Jupyter kernel for run_code",
+        )
+        (staging / "template.json").write_text(json.dumps(tmpl.to_json(), indent=2))
+        if shared:
+            seal_tree(staging)  # root's, and nobody else may write any of it
+            _commit_shared(staging, root / NAME, rootfs.name)
+        else:
+            folder = root / NAME
+            trash = root / f".trash-{NAME}-{os.getpid()}-{time.time_ns()}"
+            if folder.exists():
+                os.replace(folder, trash)
+            os.replace(staging, folder)
+            shutil.rmtree(trash, ignore_errors=True)
+        where = f"for every user, in {root}" if shared else f"in {root}"
+        progress(f"template {NAME} ready {where} ({time.monotonic() - started:.0f} s)")
+        if shared:
+            composed = store.compose_shared(tmpl)
+            if composed is None:
+                raise RuntimeUnavailableError(f"the {NAME} just built in {root} is not "
+                                              "root's alone (the server log says why)")
+            return composed
+        return tmpl
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _commit_shared(staging: Path, folder: Path, rootfs: str) -> None:
+    """The new build in place for every user. Other users' sandboxes may still run on
+    the previous one (root cannot know): it is kept until the next build, older ones go."""
+    previous: set[str] = set()
+    try:
+        old = json.loads((folder / "template.json").read_text())
+        previous = {Path(lower).name for layer in old.get("layers", [])
+                    for lower in layer.get("lowers", [])}
+    except (OSError, ValueError, AttributeError, TypeError):
+        pass
+    folder.mkdir(mode=0o755, exist_ok=True)
+    os.chmod(folder, 0o755)
+    os.replace(staging / rootfs, folder / rootfs)
+    os.replace(staging / "template.json", folder / "template.json")  # the switch
+    for entry in folder.iterdir():
+        if entry.name.startswith("rootfs-") and entry.name not in previous | {rootfs}:
+            trash = folder.parent / f".trash-{NAME}-{os.getpid()}-{time.time_ns()}"
+            os.replace(entry, trash)
+            shutil.rmtree(trash, ignore_errors=True)
+
+
+def _relocate(env_dir: Path, target: str) -> None:
+    """Point the venv's absolute paths (shebangs, activate scripts) at ``target``."""
+    old = str(env_dir)
+    for path in (env_dir / "bin").iterdir():
+        if path.is_symlink() or not path.is_file():
+            continue
+        data = path.read_bytes()
+        if old.encode() not in data[:4096] and not path.name.startswith("activate"):
+            continue
+        mode = path.stat().st_mode
+        path.write_bytes(data.replace(old.encode(), target.encode()))
+        os.chmod(path, mode)
+    cfg = env_dir / "pyvenv.cfg"
+    cfg.write_text(cfg.read_text().replace(old, target))
+
+
+def store_for(config: EngineConfig) -> TemplateStore:
+    """This host's template store as an engine with ``config`` sees it (for the CLI)."""
+    from agent_sandbox.backends.runc.host.select import select_host_mode
+    from agent_sandbox.backends.runc.templates.shared import SharedTemplates
+
+    mode = select_host_mode(config)
+    shared = SharedTemplates(config.shared_templates_dir, mirror_dirs=mode.name == "rootless")
+    return TemplateStore(config.templates_dir, mode.assemble_base, shared)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=f"Build the {NAME} template (once; "
+                                     "quick when it is already built; as root, for every "
+                                     "user of the host).")
+    parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    parser.add_argument("--index-url", default=None,
+                        help="package index to build from (default: ABX_TEMPLATE_INDEX_URL, "
+                             "else pip's own configuration, else PyPI)")
+    args = parser.parse_args(argv)
+    config = EngineConfig()
+    store = store_for(config)
+    index_url = config.template_index_url if args.index_url is None else args.index_url
+    try:
+        tmpl = ensure(store, index_url=index_url, force=args.force, progress=_stderr_line)
+    except RuntimeUnavailableError as exc:
+        print(exc.message, file=sys.stderr)
+        return 1
+    print(f"{NAME}: ready ({describe_location(store, tmpl)})", file=sys.stderr)
+    return 0
+
+
+def describe_location(store: TemplateStore, tmpl: Template) -> str:
+    shared = store.shared
+    if shared is not None and any(lower.startswith(f"{shared.root}/") for layer in tmpl.layers
+                                  for lower in layer.lowers):
+        return f"shared by every user of this host, in {shared.root}"
+    return f"this user's own, in {store.path(NAME)}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Settings: the environment, files and defaults every part reads."""

@@ -1,0 +1,1 @@
+"""The contract: what a sandbox is, whoever runs it and whoever asks."""

@@ -1,0 +1,1 @@
+"""The host end of the guest channel: bounded, checked, cancellable."""

@@ -1,6 +1,0 @@
-"""A sandbox gateway (``abx serve``) as a provider: sandboxes on another host."""
-
-from agent_sandbox.providers.remote.errors import UnauthenticatedError
-from agent_sandbox.providers.remote.provider import RemoteProvider
-
-__all__ = ["RemoteProvider", "UnauthenticatedError"]

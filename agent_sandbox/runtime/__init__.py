@@ -1,1 +1,0 @@
-"""Host side of the embedded engine: templates, root filesystems, OCI bundles, runc."""

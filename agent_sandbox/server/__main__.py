@@ -1,5 +1,0 @@
-import sys
-
-from agent_sandbox.server.cli import main
-
-sys.exit(main())

@@ -1,0 +1,1 @@
+"""The sandbox service: the Provider, once, over a backend."""

@@ -1,0 +1,1 @@
+"""The code interpreter: Jupyter kernels inside sandboxes, driven from the host."""

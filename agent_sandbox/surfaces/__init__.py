@@ -1,0 +1,1 @@
+"""Every way in: MCP, REST, E2B's API, the CLI."""

@@ -1,0 +1,1 @@
+"""The web console at /ui: pages over the REST API, signed in with a session cookie."""

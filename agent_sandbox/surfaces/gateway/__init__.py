@@ -1,0 +1,1 @@
+"""The gateway process: the REST and E2B APIs in one ASGI app, on TCP or a unix socket."""

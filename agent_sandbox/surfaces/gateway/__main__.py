@@ -1,0 +1,5 @@
+import sys
+
+from agent_sandbox.surfaces.gateway.cli import main
+
+sys.exit(main())

@@ -1,0 +1,311 @@
+"""Secrets injected at the egress proxy, on a real sandbox: the value reaches the secret's
+host (a real TLS server on loopback standing in for the internet, its certificate from a
+CA the proxy trusts upstream) and nothing else, and never enters the sandbox. One
+sandbox runs the whole hostile battery in one probe (seconds)."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import hashlib
+import http.server
+import json
+import ssl
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from netprobe import (
+    HTTP_NAME,
+    SECRET_ADDR,
+    SECRET_NAME,
+    TLS_NAME,
+    internet,
+    upstream_ca,
+)
+
+from agent_sandbox import Sandbox, Secret
+from agent_sandbox.providers.local import local_provider
+
+pytestmark = pytest.mark.integration
+
+VALUE = "ghp_Sup3rSecretValue_0123456789"
+KEY_VALUE = "k3y/with spaces&more"
+
+
+def _ca_and_leaf(tmp: Path) -> tuple[Path, Path, str]:
+    """The stand-in internet's CA (its PEM) and a certificate for SECRET_NAME signed by it
+    (cert, key files)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca, ca_key = upstream_ca()
+    ca_name = ca.subject
+    key = ec.generate_private_key(ec.SECP256R1())
+    leaf = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, SECRET_NAME)]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(2)
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(SECRET_NAME)]),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    pem = serialization.Encoding.PEM
+    cert, keyfile = tmp / "leaf.pem", tmp / "leaf.key"
+    cert.write_bytes(leaf.public_bytes(pem))
+    keyfile.write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    return cert, keyfile, ca.public_bytes(pem).decode()
+
+
+class _Echo(http.server.BaseHTTPRequestHandler):
+    """Says back what it was sent (body and an X-Echo header), records it, redirects
+    /redirect to tls.test, and answers a WebSocket upgrade on /ws with one text frame
+    echoing the Authorization header."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        seen = {"port": self.server.server_address[1], "path": self.path,
+                "headers": dict(self.headers.items())}
+        self.server.seen.append(seen)  # type: ignore[attr-defined]
+        auth = self.headers.get("Authorization", "")
+        if self.path == "/redirect":
+            self.send_response(302)
+            self.send_header("Location", self.server.redirect_to)  # type: ignore[attr-defined]
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if self.headers.get("Upgrade", "").lower() == "websocket":
+            accept = base64.b64encode(hashlib.sha1(
+                self.headers["Sec-WebSocket-Key"].encode() +
+                b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest()).decode()
+            self.send_response(101)
+            self.send_header("Upgrade", "websocket")
+            self.send_header("Connection", "Upgrade")
+            self.send_header("Sec-WebSocket-Accept", accept)
+            self.end_headers()
+            text = f"ws saw {auth}".encode()
+            self.wfile.write(bytes([0x81, len(text)]) + text)
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        body = json.dumps(seen).encode()
+        self.send_response(200)
+        self.send_header("X-Echo", auth)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("secrets")
+    cert, key, ca_pem = _ca_and_leaf(tmp)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    seen: list[dict[str, Any]] = []
+    servers = []
+    with internet(tmp / "internet") as net:
+        for _ in range(2):  # the secret's port, and another port of the same host
+            srv = _Server((SECRET_ADDR, 0), _Echo)
+            srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+            srv.seen = seen  # type: ignore[attr-defined]
+            srv.redirect_to = f"https://{TLS_NAME}:{net['tls_port']}/"  # type: ignore[attr-defined]
+            threading.Thread(target=srv.serve_forever, daemon=True).start()
+            servers.append(srv)
+        port, other_port = (s.server_address[1] for s in servers)
+        # This host's engine, through the SDK (its secrets are this user's own).
+        for name in ("gh", "key", "tlsbad"):
+            if name in {s.name for s in Secret.list()}:
+                Secret.delete(name)
+        Secret.create("gh", hosts=[f"{SECRET_NAME}:{port}"], env="GH_TOKEN", value=VALUE)
+        Secret.create("key", hosts=[f"{SECRET_NAME}:{port}"], query="key", value=KEY_VALUE)
+        # A secret host whose real certificate the proxy cannot verify (tls.test is
+        # self-signed): its secret is never sent.
+        Secret.create("tlsbad", hosts=[f"{TLS_NAME}:{net['tls_port']}"],
+                      value="never-sent-value")
+        sb = Sandbox.create(network=[SECRET_NAME, TLS_NAME, HTTP_NAME],
+                            secrets=["gh", "key", "tlsbad"])
+        sb.files.write("/tmp/upstream-ca.pem", ca_pem)
+        try:
+            yield {"sb": sb, "port": port, "other_port": other_port, "seen": seen, "net": net}
+        finally:
+            sb.kill(delete_volume=True)
+            for srv in servers:
+                srv.shutdown()
+                srv.server_close()
+
+
+_PROBE = r"""
+import base64, http.client, json, os, socket, ssl, sys
+def https(host, port, path, headers, cafile=None, tunnel=False):
+    try:
+        ctx = ssl.create_default_context(cafile=cafile)
+        if tunnel:
+            c = http.client.HTTPSConnection("10.255.255.1", 3128, context=ctx, timeout=10)
+            c.set_tunnel(host, port)
+        else:
+            c = http.client.HTTPSConnection(host, port, context=ctx, timeout=10)
+        c.request("GET", path, headers=headers)
+        r = c.getresponse()
+        return [r.status, r.read().decode(errors="replace"), r.getheader("X-Echo"),
+                r.getheader("Location")]
+    except Exception as e:
+        return [type(e).__name__, str(e)[:300]]
+def plain(host, port, path, headers):
+    try:
+        c = http.client.HTTPConnection(host, port, timeout=10)
+        c.request("GET", path, headers=headers)
+        r = c.getresponse()
+        return [r.status, r.reason[:300]]
+    except Exception as e:
+        return [type(e).__name__, str(e)[:300]]
+def tls(host, port, first, alpn):
+    try:
+        ctx = ssl.create_default_context()
+        ctx.set_alpn_protocols(alpn)
+        with socket.create_connection((host, port), timeout=10) as s:
+            with ctx.wrap_socket(s, server_hostname=host) as t:
+                t.sendall(first.encode())
+                out = b""
+                while len(out) < 4096:
+                    chunk = t.recv(4096)
+                    if not chunk:
+                        break
+                    out += chunk
+                return [t.selected_alpn_protocol(), out.decode(errors="replace")[:600]]
+    except Exception as e:
+        return [type(e).__name__, str(e)[:300]]
+calls = json.loads(sys.stdin.readline())
+print(json.dumps([globals()[c[0]](*c[1:]) for c in calls]))
+"""
+
+
+def test_a_secret_reaches_its_host_and_nothing_else(world: dict[str, Any]) -> None:
+    sb, port, other = world["sb"], world["port"], world["other_port"]
+    seen: list[dict[str, Any]] = world["seen"]
+    tls_port, http_port = world["net"]["tls_port"], world["net"]["http_port"]
+    auth = {"Authorization": "Bearer abx-secret:gh"}
+    ws_head = (f"GET /ws HTTP/1.1\r\nHost: {SECRET_NAME}\r\nUpgrade: websocket\r\n"
+               "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+               "Sec-WebSocket-Version: 13\r\nAuthorization: Bearer abx-secret:gh\r\n\r\n")
+    calls = [
+        ["https", SECRET_NAME, port, "/ok", auth],                           # 0 injected
+        ["https", SECRET_NAME, port, "/tunnel", auth, None, True],           # 1 via CONNECT
+        ["https", SECRET_NAME, port, "/q?key=abx-secret:key&x=1", {}],       # 2 query
+        ["https", SECRET_NAME, port, "/abx-secret:gh", {}],                  # 3 wrong place
+        ["https", SECRET_NAME, port, "/k", {"X-Other": "abx-secret:gh"}],    # 4 wrong header
+        ["https", SECRET_NAME, other, "/other-port", auth, "/tmp/upstream-ca.pem"],  # 5
+        ["https", SECRET_NAME, port, "/redirect", auth],                     # 6
+        ["https", TLS_NAME, tls_port, "/", auth],                            # 7 other host
+        ["plain", HTTP_NAME, http_port, "/", auth],                          # 8 plain HTTP
+        ["tls", SECRET_NAME, port, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".decode(),
+         ["h2", "http/1.1"]],                                                # 9 HTTP/2
+        ["tls", SECRET_NAME, port, ws_head, ["http/1.1"]],                   # 10 WebSocket
+        ["https", TLS_NAME, tls_port, "/", {"Authorization": "Bearer abx-secret:tlsbad"}],
+    ]
+    sb.files.write("/tmp/secret_probe.py", _PROBE)
+    res = sb.commands.run("python3 /tmp/secret_probe.py", stdin=json.dumps(calls) + "\n",
+                          timeout=120)
+    assert res.exit_code == 0, res.stderr
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    text = json.dumps(out)
+    assert VALUE not in text and KEY_VALUE not in text, "a value reached the sandbox"
+
+    ok, tunnel, query, in_path, other_header, other_port, redirect, other_host, plain, h2, ws, \
+        bad_tls = out
+    # The host got the value; the sandbox saw it blanked out (body and header echo).
+    assert ok[0] == 200, ok
+    got = [s for s in seen if s["path"] == "/ok"][0]["headers"]
+    assert got["Authorization"] == f"Bearer {VALUE}"
+    assert got.get("Accept-Encoding") == "identity"
+    blank = "*" * len(f"Bearer {VALUE}")  # the header as sent, every character
+    assert ok[2] == blank, ok
+    assert "*" * len(VALUE) in ok[1], ok
+    assert tunnel[0] == 200, tunnel
+    assert [s for s in seen if s["path"] == "/tunnel"][0]["headers"]["Authorization"] == \
+        f"Bearer {VALUE}"
+    assert query[0] == 200, query
+    from urllib.parse import quote
+    assert [s for s in seen if s["path"].startswith("/q?")][0]["path"] == \
+        f"/q?key={quote(KEY_VALUE, safe='')}&x=1"
+    # A placeholder anywhere its rule does not put it: refused, naming the rule.
+    for refused in (in_path, other_header):
+        assert refused[0] == 403, refused
+        assert "secret gh goes only to" in refused[1], refused
+    # Another port of the same host is not the secret's: passed through, placeholder only.
+    assert other_port[0] == 200, other_port
+    assert [s for s in seen if s["path"] == "/other-port"][0]["headers"]["Authorization"] == \
+        "Bearer abx-secret:gh"
+    # A redirect to another host: the client sends the placeholder on, and the proxy, which
+    # reads that connection (tls.test is a secret host of another secret), refuses it.
+    assert redirect[0] == 302, redirect
+    assert other_host[0] == 403 and "secret gh goes only to" in other_host[1], other_host
+    assert plain[0] == 403 and "only over HTTPS" in plain[1], plain
+    # HTTP/2 is not offered (ALPN http/1.1); its preface is no HTTP/1.1 request: refused.
+    assert h2[0] == "http/1.1" and " 403 " in h2[1], h2
+    # A WebSocket upgrade goes through with the secret; its echo comes back blanked out.
+    assert ws[1].startswith("HTTP/1.1 101"), ws
+    assert "ws saw " + blank in ws[1], ws
+    # An upstream the proxy cannot verify never gets the secret.
+    assert bad_tls[0] == 403 and "could not be verified" in bad_tls[1], bad_tls
+    assert not any("never-sent-value" in json.dumps(s) for s in seen)
+    assert {s["path"] for s in seen if VALUE in json.dumps(s)} == {"/ok", "/tunnel", "/redirect",
+                                                                   "/ws"}
+
+
+def test_the_value_is_nowhere_in_the_sandbox(world: dict[str, Any]) -> None:
+    sb = world["sb"]
+    env = sb.commands.run("env").stdout
+    assert "GH_TOKEN=abx-secret:gh" in env and "SSL_CERT_FILE=" in env
+    # The search's own arguments must not hold what it looks for: given reversed on stdin.
+    search = (
+        "import glob, os, sys\n"
+        "needles = [n[::-1].encode() for n in sys.stdin.read().splitlines() if n]\n"
+        "paths = glob.glob('/proc/[0-9]*/environ') + glob.glob('/proc/[0-9]*/cmdline')\n"
+        "for top in ('/etc', '/tmp', '/workspace', '/root'):\n"
+        "    for d, _, fs in os.walk(top):\n"
+        "        paths += [os.path.join(d, f) for f in fs]\n"
+        "for p in paths:\n"
+        "    try:\n"
+        "        data = open(p, 'rb').read(1 << 22)\n"
+        "    except OSError:\n"
+        "        continue\n"
+        "    if any(n in data for n in needles):\n"
+        "        print(p)\n")
+    sb.files.write("/tmp/search.py", search)
+    found = sb.commands.run("python3 /tmp/search.py", timeout=60,
+                            stdin=f"{VALUE[::-1]}\nYEK ETAVIRP NIGEB\n")
+    assert found.stdout.strip() == "", found.stdout
+    # The proxy is outside the sandbox: not among its processes.
+    ps = sb.commands.run("cat /proc/[0-9]*/cmdline | tr '\\0' ' '").stdout
+    assert "netproxy" not in ps
+    # Its CA is trusted in there, and it is only the sandbox's: a name constraint.
+    ca = sb.commands.run("tail -c 2000 /etc/abx/ca-certificates.crt").stdout
+    assert "BEGIN CERTIFICATE" in ca
+
+
+def test_secrets_are_never_logged_or_returned(world: dict[str, Any]) -> None:
+    engine = local_provider()
+    listed = json.dumps([s.model_dump() for s in engine.list_secrets()])
+    assert "gh" in listed and VALUE not in listed
+    sbdir = engine.backend.sandbox_dir(world["sb"].sandbox_id)
+    log = (sbdir / "netproxy.log").read_text()
+    assert "refused" in log and VALUE not in log and KEY_VALUE not in log
+    store = Path(engine.config.data_dir) / "secrets"
+    for path in store.rglob("*.json"):
+        assert path.stat().st_mode & 0o777 == 0o600, path

@@ -1,0 +1,92 @@
+"""The memory backend (``ABX_ENGINE=memory``) is a real backend: the real guest in private
+namespaces over an in-memory root, records in this process. The service above it behaves
+as over runc: what the surface tests that run on it rely on."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+from agent_sandbox.core.errors import NotFoundError, WrongStateError
+from agent_sandbox.providers.memory import memory_service
+from agent_sandbox.service.service import SandboxService
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(shutil.which("bwrap") is None,
+                                 reason="bwrap is not installed (apt-get install bubblewrap)")]
+
+
+@pytest.fixture(scope="module")
+def service() -> Iterator[SandboxService]:
+    svc = memory_service()
+    yield svc
+    svc.close()
+
+
+def test_lifecycle_commands_files_and_volumes(service: SandboxService) -> None:
+    info = service.create(metadata={"k": "v"}, lifetime=100)
+    sid = info.sandbox_id
+    assert (info.state, info.template, info.metadata, info.lifetime) == (
+        "running", "base", {"k": "v"}, 100)
+    assert not info.enforced["isolation"]
+    result = service.run(sid, "echo hi; echo err >&2; hostname; exit 3")
+    assert (result.exit_code, result.stdout, result.stderr) == (3, f"hi\n{sid}\n", "err\n")
+    service.write_file(sid, "/workspace/a/b.txt", b"kept")
+    assert service.run(sid, "whoami; touch /workspace/u", user="user").stdout == "user\n"
+    service.run(sid, "echo x > /tmp/gone")
+    service.pause(sid)
+    assert service.info(sid).state == "paused"
+    assert service.run(sid, "cat /workspace/a/b.txt").stdout == "kept"  # resumed by use
+    service.reset_rootfs(sid)
+    assert not service.exists(sid, "/tmp/gone") and service.exists(sid, "/workspace/u")
+    service.kill(sid)
+    with pytest.raises(NotFoundError):
+        service.info(sid)
+    again = service.create(volume=info.volume_id)
+    with pytest.raises(WrongStateError):
+        service.create(volume=info.volume_id)  # attached to the new one
+    assert b"".join(service.read_file(again.sandbox_id, "/workspace/a/b.txt")) == b"kept"
+    service.kill(again.sandbox_id, delete_volume=True)
+    assert info.volume_id not in {v.volume_id for v in service.list_volumes()}
+
+
+def test_nothing_of_the_host_is_writable_and_no_network(service: SandboxService) -> None:
+    sid = service.create().sandbox_id
+    try:
+        out = service.run(sid, "touch /usr/x 2>&1; ls /sys /var 2>&1 | head -1; "
+                               "python3 -c 'import socket; socket.create_connection"
+                               "((\"1.1.1.1\", 53), timeout=2)' 2>&1 | tail -1").stdout
+        assert "Read-only file system" in out and "unreachable" in out.lower()
+    finally:
+        service.kill(sid, delete_volume=True)
+
+
+def test_the_reaper_ends_and_pauses_as_over_runc(service: SandboxService) -> None:
+    import time
+
+    kept = service.create(timeout=10)
+    ended = service.create(timeout=10, on_timeout="kill", keep_volume=False)
+    service.reap_once(now=time.time() + 11)
+    assert service.info(kept.sandbox_id).state == "paused"
+    with pytest.raises(NotFoundError):
+        service.info(ended.sandbox_id)
+    assert ended.volume_id not in {v.volume_id for v in service.list_volumes()}
+    service.kill(kept.sandbox_id, delete_volume=True)
+
+
+def test_secrets_need_an_engine_that_injects_them(service: SandboxService,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Kubernetes backend has no proxy that could send them: refused, saying why, and
+    nothing is made."""
+    from agent_sandbox.core.errors import InvalidArgumentError
+
+    service.create_secret({"name": "k8s", "hosts": ["api.example.com"]}, "value-123",
+                          replace=True)
+    before = len(service.list())
+    monkeypatch.setattr(service.backend, "injects_secrets", False)
+    with pytest.raises(InvalidArgumentError, match="cannot inject secrets"):
+        service.create(secrets=["k8s"], network="api.example.com")
+    assert len(service.list()) == before
+    service.delete_secret("k8s")
