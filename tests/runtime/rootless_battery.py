@@ -20,6 +20,7 @@ import secrets
 import shutil
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -178,19 +179,29 @@ def _subuid_start() -> int | None:
     return None
 
 
-def _find_child(root: int, comm: str) -> int | None:
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        try:
-            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        except OSError:
-            continue
-        for child in map(int, children):
-            if Path(f"/proc/{child}/comm").read_text().strip() == comm:
-                return child
-            todo.append(child)
-    return None
+def _find_child(root: int, comm: str, wait: float = 10.0) -> int | None:
+    """A descendant of ``root`` named ``comm``, waited for: a background command is
+    still its shell or setpriv for a moment before it execs."""
+    deadline = time.monotonic() + wait
+    while True:
+        todo = [root]
+        while todo:
+            pid = todo.pop()
+            for children in Path(f"/proc/{pid}/task").glob("*/children"):  # every thread's
+                try:
+                    found = [int(c) for c in children.read_text().split()]
+                except OSError:
+                    continue
+                for child in found:
+                    try:
+                        if Path(f"/proc/{child}/comm").read_text().strip() == comm:
+                            return child
+                    except OSError:
+                        continue
+                    todo.append(child)
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)
 
 
 def _call(fn: Callable[..., None]) -> None:

@@ -237,3 +237,46 @@ def test_attaching_a_volume_in_use_leaves_it_with_its_sandbox(engine: SandboxSer
                     and i.sandbox_id != sandbox_id]
     finally:
         engine.kill(sandbox_id, delete_volume=True)
+
+
+def test_a_volume_held_by_a_kill_that_failed_midway_can_be_deleted(
+        engine: SandboxService, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The kill is hidden from list() from its first step: a failure after it (here the
+    # host refusing the volume's removal once) must not leave the volume undeletable.
+    sandbox_id = engine.create().sandbox_id
+    volume_id = engine.info(sandbox_id).volume_id
+    parts = engine.backend.parts
+    remove = parts.mode.remove_volume
+
+    def refuse_once(volume: str) -> None:
+        monkeypatch.setattr(parts.mode, "remove_volume", remove)
+        raise OSError("host refused")
+
+    monkeypatch.setattr(parts.mode, "remove_volume", refuse_once)
+    with pytest.raises(OSError):
+        engine.kill(sandbox_id, delete_volume=True)
+    assert sandbox_id not in {i.sandbox_id for i in engine.list()}
+    engine.delete_volume(volume_id)
+    assert volume_id not in {v.volume_id for v in engine.list_volumes()}
+    assert engine.backend.store.get_sandbox(sandbox_id) is None
+
+
+def test_a_volume_claimed_by_a_vanished_sandbox_can_be_deleted(
+        engine: SandboxService) -> None:
+    sandbox_id = engine.create().sandbox_id
+    volume_id = engine.info(sandbox_id).volume_id
+    engine.kill(sandbox_id)
+    assert engine.backend.store.claim_volume(volume_id, "sbx-neverexist1") is not None
+    engine.delete_volume(volume_id)  # no recover() in between
+    assert volume_id not in {v.volume_id for v in engine.list_volumes()}
+
+
+def test_warm_pooled_sandboxes_volumes_are_nobodys_to_list(engine: SandboxService) -> None:
+    parts = engine.backend.parts
+    row = engine.backend.store.get_sandbox(engine.create().sandbox_id)
+    assert row is not None
+    engine.backend.store.update_sandbox(row.id, state="pooled")  # as the warm pool holds it
+    try:
+        assert row.volume_id not in {v.volume_id for v in engine.list_volumes()}
+    finally:
+        parts.destroy(row, delete_volume=True)

@@ -8,6 +8,7 @@ from agent_sandbox.backends.runc import checkpoint
 from agent_sandbox.backends.runc.rootfs import overlay as rootfs
 from agent_sandbox.backends.runc.sandbox_lock import LOCK_FILE, held_elsewhere
 from agent_sandbox.backends.runc.sandboxes import (
+    CREATE_LOCK,
     DUMPING,
     IMAGE,
     NEW_PREFIX,
@@ -18,7 +19,7 @@ from agent_sandbox.core.states import SandboxState
 
 
 def creator_gone(sandboxes: Sandboxes, sandbox_id: str) -> bool:
-    return not held_elsewhere(sandboxes.sandbox_dir(sandbox_id) / "create.lock")
+    return not held_elsewhere(sandboxes.sandbox_dir(sandbox_id) / CREATE_LOCK)
 
 
 def recover(sandboxes: Sandboxes) -> None:
@@ -34,11 +35,7 @@ def recover(sandboxes: Sandboxes) -> None:
         if volume.attached_to and volume.attached_to not in rows:
             store.release_volume(volume.id, volume.attached_to)
     for row in store.list_sandboxes():
-        if row.state == SandboxState.CREATING and creator_gone(sandboxes, row.id):
-            sandboxes.destroy(row, delete_volume=row.volume_id == f"vol-{row.id[4:]}")
-        elif row.state in (SandboxState.KILLING, SandboxState.KILLING_VOLUME) and \
-                not held_elsewhere(sandboxes.sandbox_dir(row.id) / LOCK_FILE):
-            sandboxes.destroy(row, delete_volume=row.state == SandboxState.KILLING_VOLUME)
+        sandboxes.finish_abandoned(row)
     live = {r.id: r for r in store.list_sandboxes()}
     _checkpoints(sandboxes, set(live), runc.list_states())
     for container_id, status in runc.list_states().items():

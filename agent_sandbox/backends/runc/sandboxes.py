@@ -20,7 +20,7 @@ from agent_sandbox.backends.runc.checkpoint import CheckpointError
 from agent_sandbox.backends.runc.host.mode import HostMode
 from agent_sandbox.backends.runc.rootfs.disk import check_free, has_room
 from agent_sandbox.backends.runc.runc import Runc
-from agent_sandbox.backends.runc.sandbox_lock import SandboxLock
+from agent_sandbox.backends.runc.sandbox_lock import LOCK_FILE, SandboxLock, held_elsewhere
 from agent_sandbox.backends.runc.store import Store, VolumeRow
 from agent_sandbox.backends.runc.templates.store import TemplateStore
 from agent_sandbox.core import validate
@@ -39,6 +39,7 @@ _TOUCH_EVERY = 1.0
 NEW_PREFIX = ".new-"  # a sandbox dir being made, before its create lock is held
 IMAGE = "checkpoint"  # a paused sandbox's memory checkpoint, in its host directory
 SNAPSHOTS = "snapshots"  # the data dir's folder of snapshots (backends/runc/snapshots.py)
+CREATE_LOCK = "create.lock"  # held by the process making the sandbox, for the whole create
 DUMPING = "dumping"  # beside it while a checkpoint's outcome is not on disk yet
 
 
@@ -104,7 +105,7 @@ class Sandboxes:
         new = sbdir.with_name(f"{NEW_PREFIX}{row.id}-{os.getpid()}")
         new.mkdir(mode=0o700)
         self.mode.private_dir(new)
-        create_lock = open(new / "create.lock", "w")  # noqa: SIM115
+        create_lock = open(new / CREATE_LOCK, "w")  # noqa: SIM115
         fcntl.flock(create_lock, fcntl.LOCK_EX)
         os.rename(new, sbdir)
         self.store.insert_sandbox(row)
@@ -129,6 +130,19 @@ class Sandboxes:
             raise
         finally:
             create_lock.close()
+
+    def finish_abandoned(self, row: SandboxRecord) -> bool:
+        """Finish a create or kill whose process gave up or died (its lock is free):
+        torn down, as recover() does. Whether ``row`` was such a one."""
+        folder = self.sandbox_dir(row.id)
+        if row.state == SandboxState.CREATING and not held_elsewhere(folder / CREATE_LOCK):
+            self.destroy(row, delete_volume=row.volume_id == f"vol-{row.id[4:]}")
+        elif row.state in (SandboxState.KILLING, SandboxState.KILLING_VOLUME) and \
+                not held_elsewhere(folder / LOCK_FILE):
+            self.destroy(row, delete_volume=row.state == SandboxState.KILLING_VOLUME)
+        else:
+            return False
+        return True
 
     def destroy(self, row: SandboxRecord, *, delete_volume: bool) -> None:
         """Tear everything down; each step tolerates what is already gone."""
@@ -347,14 +361,32 @@ class Sandboxes:
                                   f"{found.attached_to}")
 
     def list_volumes(self) -> list[VolumeInfo]:
+        """The volumes callers own: not those of warm pooled sandboxes or of creates in
+        progress (nobody's yet)."""
+        unclaimed = {r.id for r in self.store.list_sandboxes()
+                     if r.state in (SandboxState.POOLED, SandboxState.CREATING)}
         return [VolumeInfo(volume_id=v.id, size_mb=v.size_mb, created_at=v.created_at,
-                           attached_to=v.attached_to) for v in self.store.list_volumes()]
+                           attached_to=v.attached_to) for v in self.store.list_volumes()
+                if v.attached_to not in unclaimed]
 
     def delete_volume(self, volume_id: str) -> None:
         found = self.store.get_volume(volume_id) if isinstance(volume_id, str) else None
         if found is None:
             raise NotFoundError(f"volume {volume_id!r} not found")
         if found.attached_to:
-            raise WrongStateError(f"volume {volume_id} is attached to {found.attached_to}")
+            # A claim by a sandbox that is gone, or whose kill or create was abandoned
+            # (its process failed or died), holds nothing: settled here, not refused.
+            owner = self.store.get_sandbox(found.attached_to)
+            if owner is None:
+                self.store.release_volume(volume_id, found.attached_to)
+            elif owner.state not in VISIBLE:
+                self.finish_abandoned(owner)
+            found = self.store.get_volume(volume_id)
+            if found is None:  # the finished kill deleted it
+                return
+            if found.attached_to:
+                raise WrongStateError(f"volume {volume_id} is attached to sandbox "
+                                      f"{found.attached_to}: kill that sandbox first "
+                                      "(keeping the volume), then delete the volume")
         self.mode.remove_volume(volume_id)
         self.store.delete_volume(volume_id)
