@@ -8,6 +8,7 @@ inside a sandbox, 127.x is the sandbox's own loopback, so nothing reaches them b
 
 from __future__ import annotations
 
+import base64
 import datetime
 import fcntl
 import hashlib
@@ -231,3 +232,107 @@ def host_ipv4s() -> list[str]:
                          ).stdout
     return [a["local"] for link in json.loads(out) for a in link.get("addr_info", [])
             if a.get("local") and not a["local"].startswith("127.")]
+
+
+def _ca_and_leaf(tmp: Path) -> tuple[Path, Path, str]:
+    """The stand-in internet's CA (its PEM) and a certificate for SECRET_NAME signed by it
+    (cert, key files)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca, ca_key = upstream_ca()
+    ca_name = ca.subject
+    key = ec.generate_private_key(ec.SECP256R1())
+    leaf = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, SECRET_NAME)]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(2)
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(SECRET_NAME)]),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    pem = serialization.Encoding.PEM
+    cert, keyfile = tmp / "leaf.pem", tmp / "leaf.key"
+    cert.write_bytes(leaf.public_bytes(pem))
+    keyfile.write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    return cert, keyfile, ca.public_bytes(pem).decode()
+
+
+class _Echo(http.server.BaseHTTPRequestHandler):
+    """Says back what it was sent (body and an X-Echo header), records it, redirects
+    /redirect to tls.test, and answers a WebSocket upgrade on /ws with one text frame
+    echoing the Authorization header."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        seen = {"port": self.server.server_address[1], "path": self.path,
+                "headers": dict(self.headers.items())}
+        self.server.seen.append(seen)  # type: ignore[attr-defined]
+        auth = self.headers.get("Authorization", "")
+        if self.path == "/redirect":
+            self.send_response(302)
+            self.send_header("Location", self.server.redirect_to)  # type: ignore[attr-defined]
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if self.headers.get("Upgrade", "").lower() == "websocket":
+            accept = base64.b64encode(hashlib.sha1(
+                self.headers["Sec-WebSocket-Key"].encode() +
+                b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest()).decode()
+            self.send_response(101)
+            self.send_header("Upgrade", "websocket")
+            self.send_header("Connection", "Upgrade")
+            self.send_header("Sec-WebSocket-Accept", accept)
+            self.end_headers()
+            text = f"ws saw {auth}".encode()
+            self.wfile.write(bytes([0x81, len(text)]) + text)
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        body = json.dumps(seen).encode()
+        self.send_response(200)
+        self.send_header("X-Echo", auth)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class _EchoServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+
+
+
+@contextmanager
+def secret_hosts(tmp: Path, count: int = 1, *, redirect_to: str = ""
+                 ) -> Iterator[tuple[list[int], list[dict[str, Any]], str]]:
+    """``count`` HTTPS echo servers of SECRET_NAME on SECRET_ADDR (a certificate from the
+    CA sandbox proxies trust upstream): their ports, what they were sent (path, headers)
+    and that CA's PEM."""
+    cert, key, ca_pem = _ca_and_leaf(tmp)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    seen: list[dict[str, Any]] = []
+    servers = []
+    for _ in range(count):
+        srv = _EchoServer((SECRET_ADDR, 0), _Echo)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+        srv.seen = seen  # type: ignore[attr-defined]
+        srv.redirect_to = redirect_to  # type: ignore[attr-defined]
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append(srv)
+    try:
+        yield [s.server_address[1] for s in servers], seen, ca_pem
+    finally:
+        for srv in servers:
+            srv.shutdown()
+            srv.server_close()

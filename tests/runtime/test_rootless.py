@@ -248,3 +248,56 @@ def test_hostile_as_unprivileged_user(battery: dict[str, str], name: str) -> Non
     if result.startswith("skip: "):
         pytest.skip(result[len("skip: "):])
     assert result == "ok", result
+
+
+# secrets ------------------------------------------------------------------------------------
+# Run as the user: its own secret, one rootless sandbox, one request the proxy puts the value
+# in and one it refuses (the placeholder in another header), and the sandbox's environment.
+_SECRETS = r"""
+import json, sys
+from agent_sandbox import Sandbox, Secret
+port, value = sys.stdin.read().split()
+if "gh" in {s.name for s in Secret.list()}:
+    Secret.delete("gh")
+Secret.create("gh", hosts=[f"api.secret.test:{port}"], env="GH_TOKEN", value=value)
+probe = '''
+import http.client, json, os
+out = []
+for path, headers in (("/ok", {"Authorization": "Bearer " + os.environ["GH_TOKEN"]}),
+                      ("/k", {"X-Other": os.environ["GH_TOKEN"]})):
+    c = http.client.HTTPSConnection("api.secret.test", PORT, timeout=10)
+    c.request("GET", path, headers=headers)
+    r = c.getresponse()
+    out.append([r.status, r.getheader("X-Echo"), r.read().decode(errors="replace")])
+print(json.dumps(out))
+'''.replace("PORT", port)
+with Sandbox.create(network=["api.secret.test"], secrets=["gh"]) as sb:
+    sb.files.write("/tmp/probe.py", probe)
+    res = sb.commands.run("python3 /tmp/probe.py", timeout=60)
+    env = sb.commands.run("env").stdout
+print(json.dumps({"exit": res.exit_code, "stderr": res.stderr[-2000:],
+                  "out": res.stdout.strip().splitlines()[-1:], "env": env}))
+"""
+
+
+def test_secrets_as_unprivileged_user(user: Any, tmp_path: Path) -> None:
+    """The rootless engine injects a user's secret exactly as the root one does: the value
+    reaches its host (a real TLS server on loopback), the placeholder elsewhere is refused
+    naming the rule, and the value is not in the sandbox."""
+    from netprobe import ENV, secret_hosts
+
+    value = "ghp_R00tlessSecretValue_" + secrets.token_hex(8)
+    with secret_hosts(tmp_path) as (ports, seen, _):
+        proc = user.run([user.python(), "-c", _SECRETS], env=user.env(**ENV),
+                        input=f"{ports[0]} {value}\n", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["exit"] == 0 and got["out"], got
+    assert value not in proc.stdout  # nothing the sandbox saw or answered holds it
+    ok, refused = json.loads(got["out"][0])
+    assert ok[0] == 200 and ok[1] == "*" * len(f"Bearer {value}"), ok
+    assert [s for s in seen if s["path"] == "/ok"][0]["headers"]["Authorization"] == \
+        f"Bearer {value}"
+    assert refused[0] == 403 and "secret gh goes only to" in refused[2], refused
+    assert not any(s["path"] == "/k" for s in seen)
+    assert "GH_TOKEN=abx-secret:gh" in got["env"]
