@@ -77,6 +77,9 @@ class SecretRule(BaseModel):
     format: str = Field("Bearer {}", description="the header's value; {} is the secret")
     basic: bool = Field(False, description="the value is user:password, sent as basic auth")
     query: str | None = Field(None, description="a query parameter that carries it instead")
+    inject: bool = Field(False, description="set the header on every request to its hosts, "
+                                            "whether or not the request carries the "
+                                            "placeholder (E2B's network.rules transforms)")
     env: str = Field("", description="the environment variable holding the placeholder "
                                      "(default: NAME upper-cased, then _TOKEN)")
 
@@ -104,6 +107,9 @@ class SecretRule(BaseModel):
             clean.append(host)
         data["hosts"] = tuple(dict.fromkeys(clean))
         if data.get("query") is not None:
+            if data.get("inject"):
+                raise InvalidArgumentError(f"secret {name}: inject sets a header; a query "
+                                           "parameter is put in only where the placeholder is")
             if not isinstance(data["query"], str) or not _QUERY.match(data["query"]):
                 raise InvalidArgumentError(f"secret {name}: query parameter "
                                            f"{str(data['query'])[:64]!r} is not a plain name")
@@ -139,8 +145,27 @@ class SecretRule(BaseModel):
 
     def describe(self) -> str:
         how = (f"query parameter {self.query}" if self.query else
-               f"header {self.header}" + (" (basic auth)" if self.basic else ""))
+               f"header {self.header}" + (" (basic auth)" if self.basic else "") +
+               (" (on every request)" if self.inject else ""))
         return f"secret {self.name} goes only to {', '.join(self.hosts)} as {how}"
+
+    def header_transform_refused(self, host: str, header: str, fmt: str) -> str:
+        """Why this rule cannot be E2B's transform "set ``header`` to ``fmt`` (its ``{}``
+        the value) on every request to ``host``", or "" if it is exactly that: the
+        stored rule decides where (its ports too) and how the value goes; a create can
+        only name it."""
+        names = set(self.hosts) | {split_host(h)[0] for h in self.hosts}
+        if host.lower().rstrip(".") not in names:
+            return f"{self.describe()}, not to {host}"
+        if self.query or self.basic or (self.header or "").lower() != header.lower() \
+                or self.format != fmt:
+            return (f"{self.describe()} formatted {self.format!r}, not as header {header} "
+                    f"{fmt.replace('{}', '${e2b.secrets.' + self.name + '}')!r}")
+        if not self.inject:
+            return (f"{self.describe()} only where the sandbox sends its placeholder; "
+                    "E2B's transforms set the header on every request: store it with "
+                    "inject (abx secrets create ... --inject)")
+        return ""
 
 
 class SecretInfo(SecretRule):

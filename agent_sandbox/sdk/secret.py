@@ -25,20 +25,22 @@ class Secret:
     def create(cls, name: str, *, hosts: list[str] | str, value: str | None = None,
                value_file: str | Path | None = None, header: str | None = "Authorization",
                format: str | None = None, basic: bool = False, query: str | None = None,
-               env: str = "", replace: bool = False,
+               env: str = "", inject: bool = False, replace: bool = False,
                provider: Provider | None = None) -> SecretInfo:
         """Store a secret: ``value`` (or the first line of ``value_file``) may go to
         ``hosts`` (``host`` or ``host:port``; 443 by default) as ``header`` (formatted by
         ``format``, ``{}`` the value: ``"Bearer {}"`` for Authorization), as basic auth
         (``basic``: the value is ``user:password``) or as the query parameter ``query``.
-        ``env`` names the variable holding the placeholder (default ``NAME_TOKEN``)."""
+        ``env`` names the variable holding the placeholder (default ``NAME_TOKEN``);
+        ``inject`` sets the header on every request to ``hosts``, placeholder or not (what
+        E2B's ``network.rules`` transforms need)."""
         if (value is None) == (value_file is None):
             raise TypeError("give the value or value_file (not both)")
         if value_file is not None:
             value = Path(value_file).read_text().rstrip("\r\n")
         assert value is not None
         rule = SecretRule(name=name, hosts=hosts, header=header, format=format, basic=basic,
-                          query=query, env=env)
+                          query=query, env=env, inject=inject)
         return (provider or default_provider()).create_secret(rule, value, replace=replace)
 
     @classmethod

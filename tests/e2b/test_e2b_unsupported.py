@@ -13,10 +13,12 @@ pytestmark = pytest.mark.integration
 
 
 def _calls(sb: object) -> dict[str, Callable[[], object]]:
-    from e2b import Volume
+    from e2b import Secret, Volume
 
     return {
         "volume": lambda: Volume.create("data"),
+        # E2B's secret store: ours (abx secrets, /v1/secrets) holds the rule with the value
+        "secret": lambda: Secret.create("gh", "value-0123456789"),
     }
 
 

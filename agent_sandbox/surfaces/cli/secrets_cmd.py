@@ -42,6 +42,9 @@ def create(
         env: Annotated[str, typer.Option(
             help="The variable holding its placeholder in the sandbox (default "
                  "NAME_TOKEN).")] = "",
+        inject: Annotated[bool, typer.Option(
+            "--inject", help="Set the header on every request to its hosts, placeholder or "
+                             "not (what E2B's network.rules transforms need).")] = False,
         replace: Annotated[bool, typer.Option(help="Replace a secret of that name.")] = False,
         json_out: JsonOpt = False) -> None:
     """Store a secret and the rule of where it may go. Sandboxes made with `--secrets
@@ -51,7 +54,7 @@ def create(
     raw = sys.stdin.read() if value_file == "-" else Path(value_file).read_text()
     value = raw.splitlines()[0] if raw.strip() else ""
     info = Secret.create(name, hosts=host, value=value, header=header, format=format,
-                         basic=basic, query=query, env=env, replace=replace,
+                         basic=basic, query=query, env=env, inject=inject, replace=replace,
                          provider=provider())
     if want_json(json_out):
         print_json(info.model_dump())

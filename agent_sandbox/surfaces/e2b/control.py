@@ -6,6 +6,7 @@ and quotas. Keys are the gateway's (``X-API-KEY``). The shapes are E2B's OpenAPI
 from __future__ import annotations
 
 import datetime
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any, Literal
@@ -26,6 +27,8 @@ from agent_sandbox.core.errors import (
 )
 from agent_sandbox.core.metrics import SandboxMetrics
 from agent_sandbox.core.models import SandboxInfo, SnapshotInfo
+from agent_sandbox.core.secrets import MAX_SECRETS, SecretInfo
+from agent_sandbox.core.secrets import check_name as check_secret_name
 from agent_sandbox.core.spec import CreateSpec
 from agent_sandbox.core.states import SandboxState
 from agent_sandbox.surfaces.e2b import templates
@@ -52,16 +55,74 @@ class NetworkConfig(_Body):
     allow_internet_access: bool | None = None  # PUT .../network carries it here
     allow_public_traffic: bool | None = Field(None, alias="allowPublicTraffic")  # always
     # required here: a sandbox's ports need its access token or the API key
+    rules: dict[str, Any] | None = None  # per-host header transforms: secrets_of
 
     def refuse_unsupported(self) -> None:
-        """E2B's egress proxy, per-domain rules, DNS servers and host masks have no
-        counterpart here: refused by name rather than silently dropped."""
+        """E2B's egress proxy, DNS servers and host masks have no counterpart here:
+        refused by name rather than silently dropped."""
         extra = sorted(k for k, v in (self.model_extra or {}).items() if v not in (None, {}, []))
         if extra:
             raise InvalidArgumentError(
                 f"network option(s) {', '.join(extra)} are not supported by this gateway: "
-                "use allowOut / denyOut (names, *.wildcards, CIDRs) or allow_internet_access "
-                "(see docs/e2b.md)")
+                "use allowOut / denyOut (names, *.wildcards, CIDRs), allow_internet_access "
+                "or rules with ${e2b.secrets.NAME} headers (see docs/e2b.md)")
+
+
+_SECRET_REF = re.compile(r"\$\{e2b\.secrets\.([^{}]*)\}")
+_LITERAL_HEADER = ("a header value that names no stored secret is not taken (it would be a "
+                   "credential in the create request): store it (abx secrets create NAME "
+                   "--host HOST --header H --format 'Bearer {}' --inject) and give "
+                   "'Bearer ${e2b.secrets.NAME}' (Secret.fill('NAME'))")
+
+
+def secrets_of(net: NetworkConfig | None, stored: list[SecretInfo]) -> list[str]:
+    """E2B's ``network.rules`` (``{host: [{"transform": {"headers": {H: V}}}]}``) as the
+    names of the caller's stored secrets to give the sandbox. Each header value must be
+    one ``${e2b.secrets.NAME}`` in a format (``Bearer ${e2b.secrets.gh}``) that is that
+    secret's own stored rule for that host, made with inject (the proxy sets the header
+    on every request to it); anything else is refused, naming what."""
+    if net is None or not net.rules:
+        return []
+    if not isinstance(net.rules, dict) or len(net.rules) > MAX_SECRETS:
+        raise InvalidArgumentError(f"network.rules: at most {MAX_SECRETS} hosts, each a "
+                                   "list of rules")
+    mine = {s.name: s for s in stored}
+    names: list[str] = []
+    for host, rules in net.rules.items():
+        if not isinstance(rules, list):
+            raise InvalidArgumentError(f"network.rules[{host[:80]!r}] must be a list of rules")
+        for i, rule in enumerate(rules):
+            where = f"network.rules[{host[:80]!r}][{i}]"
+            transform = rule.get("transform") if isinstance(rule, dict) else None
+            unknown = sorted(set(rule) - {"transform"}) if isinstance(rule, dict) else ["?"]
+            if unknown or not isinstance(transform, dict) or set(transform) - {"headers"} \
+                    or not isinstance(transform.get("headers"), dict):
+                raise InvalidArgumentError(
+                    f"{where}: only {{\"transform\": {{\"headers\": {{...}}}}}} is supported "
+                    f"by this gateway, not {', '.join(unknown or sorted(set(transform or {})))}")
+            for header, value in transform["headers"].items():
+                if not isinstance(value, str) or len(value) > 1000:
+                    raise InvalidArgumentError(f"{where}: header {header[:64]!r} must be text")
+                if "${e2b.identity." in value:
+                    raise InvalidArgumentError(
+                        f"{where}: workload identity tokens (iam) are not supported by this "
+                        "gateway; store a secret and give ${e2b.secrets.NAME}")
+                refs = _SECRET_REF.findall(value)
+                fmt = _SECRET_REF.sub("{}", value)
+                if len(refs) != 1 or "${" in fmt or "{" in fmt.replace("{}", ""):
+                    raise InvalidArgumentError(
+                        f"{where}: header {header[:64]!r}: " + (
+                            "give one ${e2b.secrets.NAME} per header" if refs
+                            else _LITERAL_HEADER))
+                name = check_secret_name(refs[0])
+                if name not in mine:
+                    raise NotFoundError(f"{where}: no secret named {name} (create it with "
+                                        "abx secrets create or POST /v1/secrets)")
+                why = mine[name].header_transform_refused(host, header, fmt)
+                if why:
+                    raise InvalidArgumentError(f"{where}: {why}")
+                names.append(name)
+    return list(dict.fromkeys(names))
 
 
 class NewSandbox(_Body):
@@ -71,6 +132,21 @@ class NewSandbox(_Body):
     env_vars: dict[str, str] | None = Field(None, alias="envVars")
     allow_internet_access: bool | None = None
     network: NetworkConfig | None = None
+    iam: dict[str, Any] | None = None  # workload identity: refused (refuse_unsupported)
+    mcp: dict[str, Any] | None = None  # an MCP gateway in the sandbox: refused
+    volume_mounts: list[Any] | None = Field(None, alias="volumeMounts")  # refused
+
+    def refuse_unsupported(self) -> None:
+        """What a create asks for that this gateway cannot honour: refused by name."""
+        asked = [name for name, value in (("iam", self.iam), ("mcp", self.mcp),
+                                          ("volumeMounts", self.volume_mounts))
+                 if value not in (None, {}, [])]
+        if "iam" in asked and not any(self.iam.values()):  # type: ignore[union-attr]
+            asked.remove("iam")  # {"tokens": {}}: none asked for
+        if asked:
+            raise InvalidArgumentError(
+                f"create option(s) {', '.join(asked)} are not supported by this gateway "
+                "(see docs/e2b.md)")
 
 
 class Timeout(_Body):
@@ -143,8 +219,11 @@ def _policy_of(net: NetworkConfig | None, internet: bool | None) -> netpolicy.Ne
 @router.post("/sandboxes", status_code=201)
 @router.post("/v2/sandboxes", status_code=201)
 def create(body: NewSandbox, state: State, tokens: Tokens, who: Caller) -> dict[str, Any]:
+    body.refuse_unsupported()
     policy = _policy(body)
     check_network(state, who, policy)
+    secrets = secrets_of(body.network, state.provider.list_secrets(owner=who.owner)) \
+        if body.network is not None and body.network.rules else []
     engine = state.provider
 
     def live() -> int:
@@ -155,7 +234,7 @@ def create(body: NewSandbox, state: State, tokens: Tokens, who: Caller) -> dict[
     snapshot = snapshot_of(state, who, body.template_id)  # a snapshot is a template in E2B
     spec = CreateSpec.of(template=None if snapshot else body.template_id, network=policy,
                          timeout=body.timeout or None, envs=body.env_vars,
-                         metadata=body.metadata, snapshot=snapshot)
+                         metadata=body.metadata, snapshot=snapshot, secrets=secrets)
     with state.quotas.sandbox_slot(who.key, live):
         info = engine.create(**spec.options(), owner=who.owner)
     state.keys.own_volume(info.volume_id, who.owner)
@@ -308,7 +387,11 @@ def set_timeout(sandbox_id: str, body: Timeout, state: State, who: Caller) -> Re
 @router.put("/sandboxes/{sandbox_id}/network", status_code=204)
 def update_network(sandbox_id: str, body: NetworkConfig, state: State,
                    who: Caller) -> Response:
-    """Replaces the policy whole (E2B: omitted fields are cleared), within the ceilings."""
+    """Replaces the policy whole (E2B: omitted fields are cleared), within the ceilings.
+    A sandbox's secrets are given at its create: rules here are refused."""
+    if body.rules:
+        raise InvalidArgumentError("network.rules (header transforms) are set when a sandbox "
+                                   "is created; update_network cannot change them")
     policy = _policy_of(body, body.allow_internet_access)
     check_network(state, who, policy)
     state.provider.set_network(_owned_id(state, who, sandbox_id), policy)

@@ -1,12 +1,13 @@
 """Secrets swapped in at the proxy. For a host a secret may go to, the proxy terminates
 the sandbox's TLS (with the sandbox's own CA), reads the request head, puts the value
 where the secret's rule says (one header, or one query parameter) in place of the
-placeholder, re-originates TLS to the real host (verified as usual) and relays; what the
-host answers is relayed with every form of the value blanked out (same length, so the
-framing holds). A placeholder anywhere a rule does not put it, or on a request to any other
-host the proxy can read, is refused with a 403 naming the rule. One request per
-connection (``Connection: close``): the next is read and decided afresh; a WebSocket
-upgrade keeps its connection. Pure Python: no pydantic (the proxy runs with -S)."""
+placeholder (an ``inject`` rule: its header on every request, placeholder or not),
+re-originates TLS to the real host (verified as usual) and relays; what the host answers
+is relayed with every form of the value blanked out (same length, so the framing holds).
+A placeholder anywhere a rule does not put it, or on a request to any other host the proxy
+can read, is refused with a 403 naming the rule. One request per connection
+(``Connection: close``): the next is read and decided afresh; a WebSocket upgrade keeps
+its connection. Pure Python: no pydantic (the proxy runs with -S)."""
 
 from __future__ import annotations
 
@@ -128,10 +129,16 @@ def rewrite(head: bytes, name: str, port: int, secrets: Secrets) -> tuple[bytes,
             continue
         wanted = rule["header"].lower().encode()
         sent = (base64.b64encode(value.encode()).decode() if rule.get("basic") else value)
+        formatted = (rule["header"] + ": " + rule["format"].replace("{}", sent)).encode()
+        if rule.get("inject"):  # set on every request: whatever the sandbox sent is dropped
+            lines = [lines[0], *(line for line in lines[1:]
+                                 if line.partition(b":")[0].strip().lower() != wanted),
+                     formatted]
+            continue
         for i, line in enumerate(lines[1:], 1):
             field, _, text = line.partition(b":")
             if field.strip().lower() == wanted and rule["name"] in carried(text):
-                lines[i] = (rule["header"] + ": " + rule["format"].replace("{}", sent)).encode()
+                lines[i] = formatted
     for line in lines[1:]:
         field = line.split(b":", 1)[0].strip().lower()
         if field in _DROPPED and not (upgrade and field in (b"connection", b"upgrade")):
