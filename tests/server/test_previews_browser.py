@@ -7,6 +7,7 @@ the token never reaches the sandbox."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 import time
@@ -85,12 +86,15 @@ class App(http.server.BaseHTTPRequestHandler):
         self.send_header("Sec-WebSocket-Accept", accept.decode())
         self.end_headers()
         self.wfile.flush()
-        head = self.rfile.read(2)
-        size = head[1] & 0x7F
-        mask = self.rfile.read(4)
-        data = bytes(b ^ mask[i % 4] for i, b in enumerate(self.rfile.read(size)))
-        self.wfile.write(bytes([0x81, len(data)]) + data)
-        self.wfile.flush()
+        while True:  # echoes each (short) message until the client closes
+            head = self.rfile.read(2)
+            if len(head) < 2 or head[0] & 0x0F == 8:
+                break
+            size = head[1] & 0x7F
+            mask = self.rfile.read(4)
+            data = bytes(b ^ mask[i % 4] for i, b in enumerate(self.rfile.read(size)))
+            self.wfile.write(bytes([0x81, len(data)]) + data)
+            self.wfile.flush()
         self.close_connection = True
     def log_message(self, *a):
         with open("/tmp/seen.txt", "a") as f:
@@ -247,6 +251,68 @@ def test_wrong_revoked_and_foreign_links_are_refused(gw: Gateway, browser: Any,
         assert http.get(f"/s/{share.share_id}/").status_code == 404
     browser.get(f"{gw.url}/share/{token}")
     assert "not valid" in browser.page_source
+
+
+@contextlib.contextmanager
+def _opened(gw: Gateway, token: str) -> Iterator[tuple[Any, Any, dict[str, str], str]]:
+    """A keep-alive HTTP connection signed in by the link's token (its cookie header and
+    the link's home path) and a WebSocket through the link with that cookie, its echo
+    working."""
+    import http.client
+
+    from websockets.sync.client import connect
+
+    conn = http.client.HTTPConnection("127.0.0.1", gw.proc.port, timeout=30)
+    conn.request("GET", f"/share/{token}")
+    opened = conn.getresponse()
+    opened.read()
+    assert opened.status == 303, opened.status
+    cookie = {"Cookie": opened.getheader("Set-Cookie").split(";", 1)[0]}
+    home = opened.getheader("Location")
+    conn.request("GET", home, headers=cookie)
+    page = conn.getresponse()
+    assert page.status == 200 and b"preview app" in page.read()
+    try:
+        with connect(f"ws://127.0.0.1:{gw.proc.port}{home}ws", additional_headers=cookie,
+                     open_timeout=30) as ws:
+            ws.send("before")
+            assert ws.recv(timeout=30) == "before"
+            yield conn, ws, cookie, home
+    finally:
+        conn.close()
+
+
+def test_revoking_a_link_cuts_what_is_open_through_it(gw: Gateway, app: str) -> None:
+    """Revoked: the open WebSocket is closed by the gateway (1008), and the keep-alive
+    connection's next request, on the same connection, is refused."""
+    from websockets.exceptions import ConnectionClosed
+
+    a = gw.provider("a")
+    share = a.share_port(app, PORT)
+    with _opened(gw, share.url.rsplit("/", 1)[1]) as (conn, ws, cookie, home):
+        sock = conn.sock
+        a.revoke_port_share(app, share.share_id)
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=30)  # the gateway's close, not a timeout
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008, closed.value
+        assert "revoked" in closed.value.rcvd.reason
+        conn.request("GET", home, headers=cookie)
+        refused = conn.getresponse()
+        assert refused.status == 404 and b"not valid" in refused.read()
+        assert conn.sock is sock  # the same connection, kept alive: this request refused
+
+
+def test_an_expired_link_cuts_its_websocket(gw: Gateway, app: str) -> None:
+    from websockets.exceptions import ConnectionClosed
+
+    share = gw.provider("a").share_port(app, PORT, expires_in=3)
+    with _opened(gw, share.url.rsplit("/", 1)[1]) as (_, ws, _, _), \
+            pytest.raises(ConnectionClosed) as closed:
+        while True:  # it echoes until the link expires (3 s), then is closed
+            ws.send("still here")
+            assert ws.recv(timeout=30) == "still here"
+            time.sleep(0.5)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008, closed.value
 
 
 def test_access_logs_never_hold_a_token() -> None:

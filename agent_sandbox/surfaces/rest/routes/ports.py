@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio.to_thread
 import httpx2 as httpx
@@ -112,9 +112,11 @@ async def forward_websocket(websocket: WebSocket, sandbox_id: str, port: int,
 
 
 async def relay_websocket(websocket: WebSocket, base: str, port: int, path: str,
-                          headers: list[tuple[str, str]] | None = None) -> None:
+                          headers: list[tuple[str, str]] | None = None,
+                          until: Callable[[], Awaitable[str]] | None = None) -> None:
     """``websocket`` (not yet accepted) relayed to ``base`` (an exposed port's URL) as
-    ``/{path}``, with ``headers`` (e.g. the app's own cookies) on its opening request."""
+    ``/{path}``, with ``headers`` (e.g. the app's own cookies) on its opening request;
+    cut (closed with 1008 and the reason it gives) when ``until`` returns."""
     url = "ws" + base[4:] + f"/{path}" + (f"?{websocket.url.query}" if websocket.url.query
                                            else "")
     try:
@@ -122,7 +124,7 @@ async def relay_websocket(websocket: WebSocket, base: str, port: int, path: str,
         async with websockets.connect(url, max_size=4 << 20, max_queue=2, open_timeout=15,
                                       additional_headers=headers or None) as inner:
             await websocket.accept()
-            await _relay(websocket, inner)
+            await _relay(websocket, inner, until)
     except (TimeoutError, OSError, websockets.WebSocketException):
         with contextlib.suppress(RuntimeError):
             await websocket.close(code=1011, reason=f"nothing answered on port {port}")
@@ -176,7 +178,8 @@ async def forward_tcp(websocket: WebSocket, sandbox_id: str, port: int) -> None:
             await websocket.close()
 
 
-async def _relay(outer: WebSocket, inner: websockets.ClientConnection) -> None:
+async def _relay(outer: WebSocket, inner: websockets.ClientConnection,
+                 until: Callable[[], Awaitable[str]] | None = None) -> None:
     async def inward() -> None:
         with contextlib.suppress(WebSocketDisconnect):
             while True:
@@ -194,13 +197,18 @@ async def _relay(outer: WebSocket, inner: websockets.ClientConnection) -> None:
                 await outer.send_text(data)
 
     tasks = [asyncio.ensure_future(inward()), asyncio.ensure_future(outward())]
+    cut = asyncio.ensure_future(until()) if until is not None else None
+    why = ""
     try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait([*tasks, *([cut] if cut else [])],
+                           return_when=asyncio.FIRST_COMPLETED)
+        if cut is not None and cut.done() and not cut.cancelled() and not cut.exception():
+            why = cut.result()
     finally:
-        for task in tasks:
+        for task in [*tasks, *([cut] if cut else [])]:
             task.cancel()
         with contextlib.suppress(RuntimeError, WebSocketDisconnect):
-            await outer.close()
+            await (outer.close(code=1008, reason=why[:120]) if why else outer.close())
 
 
 async def _messages(inner: websockets.ClientConnection) -> AsyncIterator[str | bytes]:

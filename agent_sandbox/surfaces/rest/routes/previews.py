@@ -13,16 +13,28 @@ origin (``PreviewHosts``, in front of the E2B routing of the same host names).
 
 The token never reaches the sandbox: the gateway's cookie is taken out of what is
 relayed, the token's URL is answered here with a redirect (no Referer carries it). Each
-request checks the link (revoked, expired) and that its sandbox still exists.
+request checks the link (revoked, expired) and that its sandbox still exists; what stays
+open through a link is cut when it ends (``LiveRelays``): a WebSocket is closed (1008) at
+once on revoke, and at its expiry or its sandbox's end within WATCH_EVERY seconds; a
+response being streamed stops at its next chunk.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
-from dataclasses import dataclass
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterator,
+    MutableMapping,
+)
+from dataclasses import dataclass, field
 from http.cookies import CookieError, SimpleCookie
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -67,11 +79,39 @@ class RedactShareTokens(logging.Filter):
 logging.getLogger("uvicorn.access").addFilter(RedactShareTokens())
 
 
+WATCH_EVERY = 5.0  # seconds between an open WebSocket's checks of its link
+
+
+class LiveRelays:
+    """What is open through each link (WebSockets, streamed responses), each with an
+    event set when the link is revoked here. Used only on the gateway's event loop."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, set[asyncio.Event]] = {}
+
+    @contextlib.contextmanager
+    def watch(self, share_id: str) -> Iterator[asyncio.Event]:
+        cut = asyncio.Event()
+        self._open.setdefault(share_id, set()).add(cut)
+        try:
+            yield cut
+        finally:
+            found = self._open.get(share_id, set())
+            found.discard(cut)
+            if not found:
+                self._open.pop(share_id, None)
+
+    def cut(self, share_id: str) -> None:
+        for event in self._open.get(share_id, ()):
+            event.set()
+
+
 @dataclass
 class Previews:
     store: ShareStore
     public_ports: bool = False
     preview_url: str = ""  # scheme://domain[:port] of host-routed previews, or ""
+    live: LiveRelays = field(default_factory=LiveRelays)
 
     @property
     def host_pattern(self) -> re.Pattern[str] | None:
@@ -131,9 +171,12 @@ def list_shares(sandbox_id: SandboxId, request: Request, shown: PreviewState
 
 
 @router.delete("/{share_id}", status_code=204)
-def revoke_share(sandbox_id: SandboxId, share_id: str, shown: PreviewState) -> Response:
-    """The link stops working at once (its next request is refused)."""
-    shown.store.revoke(sandbox_id, share_id)
+async def revoke_share(sandbox_id: SandboxId, share_id: str, shown: PreviewState
+                       ) -> Response:
+    """The link stops working at once: its next request is refused, and what is open
+    through it (a WebSocket, a streamed response) is cut."""
+    await anyio.to_thread.run_sync(shown.store.revoke, sandbox_id, share_id)
+    shown.live.cut(share_id)
     return Response(status_code=204)
 
 
@@ -235,6 +278,7 @@ async def share_http(share_id: str, path: str, request: Request, state: State,
     response = await forward(state, found.sandbox_id, found.port, path, request,
                              prefix=None if by_host else f"/s/{share_id}",
                              cookie=app_cookies(request.headers.get("cookie")))
+    response.body_iterator = _while_linked(response.body_iterator, shown, found)
     cookies = [v for k, v in response.headers.items() if k == "set-cookie"]
     kept = [v for v in cookies if _cookie_allowed(v, None if by_host else f"/s/{share_id}")]
     if len(kept) != len(cookies):
@@ -255,8 +299,41 @@ async def share_websocket(websocket: WebSocket, share_id: str, path: str) -> Non
         return
     base = await exposed(state, found.sandbox_id, found.port)
     cookies = app_cookies(websocket.headers.get("cookie"))
-    await relay_websocket(websocket, base, found.port, path,
-                          [("cookie", cookies)] if cookies else None)
+    share = found
+    with shown.live.watch(share.share_id) as cut:
+        await relay_websocket(websocket, base, share.port, path,
+                              [("cookie", cookies)] if cookies else None,
+                              until=lambda: _link_ends(state, shown, share, cut))
+
+
+async def _link_ends(state: GatewayState, shown: Previews, share: PortShare,
+                     cut: asyncio.Event) -> str:
+    """Returns (why) when the link is revoked here (at once), or, checked every
+    WATCH_EVERY seconds and at its expiry, is gone (revoked elsewhere, expired) or its
+    sandbox is."""
+    while True:
+        wait = min(WATCH_EVERY, max(0.05, share.expires_at - time.time()))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(cut.wait(), wait)
+        if cut.is_set():
+            return "share link revoked"
+        try:
+            await anyio.to_thread.run_sync(shown.store.get, share.share_id)
+        except NotFoundError:
+            return "share link revoked or expired"
+        if not await _alive(state, shown, share):
+            return "the sandbox is gone"
+
+
+async def _while_linked(body: AsyncIterable[Any], shown: Previews, share: PortShare
+                        ) -> AsyncIterator[Any]:
+    """A streamed response that stops at its next chunk once its link is revoked here or
+    has expired."""
+    with shown.live.watch(share.share_id) as cut:
+        async for chunk in body:
+            if cut.is_set() or time.time() >= share.expires_at:
+                return
+            yield chunk
 
 
 # host-routed previews -------------------------------------------------------------------
