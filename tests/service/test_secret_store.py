@@ -72,3 +72,41 @@ def test_material_has_a_ca_only_for_the_secret_hosts(tmp_path: Path) -> None:
     assert [n.value for n in limits.permitted_subtrees] == ["api.github.com"]
     store.forget("sbx-abc")
     assert store.material("sbx-abc") is None and not bundle.exists()
+
+
+def test_an_inject_rule_and_what_an_e2b_transform_may_name() -> None:
+    rule = SecretRule(name="gh", hosts=["api.github.com", "git.example.com:8443"],
+                      inject=True)
+    assert "on every request" in rule.describe()
+    with pytest.raises(InvalidArgumentError, match="inject sets a header"):
+        SecretRule(name="q", hosts=["a.com"], query="k", inject=True)
+    assert rule.header_transform_refused("api.github.com", "authorization", "Bearer {}") == ""
+    assert rule.header_transform_refused("git.example.com", "Authorization", "Bearer {}") == ""
+    assert "not to evil.com" in rule.header_transform_refused("evil.com", "Authorization",
+                                                             "Bearer {}")
+    assert "not as header X-Key" in rule.header_transform_refused("api.github.com", "X-Key",
+                                                                  "{}")
+    assert "not as header" in rule.header_transform_refused("api.github.com",
+                                                            "Authorization", "token {}")
+    placeholder_only = rule.model_copy(update={"inject": False})
+    assert "--inject" in placeholder_only.header_transform_refused(
+        "api.github.com", "Authorization", "Bearer {}")
+
+
+def test_the_proxy_sets_an_inject_header_over_the_sandboxes() -> None:
+    from agent_sandbox.backends.runc.netproxy.inject import Secrets, rewrite
+
+    secrets = Secrets([{**SecretRule(name="gh", hosts=["api.github.com"], inject=True)
+                        .model_dump(mode="json"), "value": VALUE}], {})
+    head = (b"GET /x HTTP/1.1\r\nHost: api.github.com\r\nauthorization: Bearer mine\r\n"
+            b"Accept: */*\r\n\r\n")
+    sent, why = rewrite(head, "api.github.com", 443, secrets)
+    assert why == "" and sent.count(b"uthorization") == 1
+    assert f"Authorization: Bearer {VALUE}\r\n".encode() in sent and b"mine" not in sent
+    sent, why = rewrite(b"GET /x HTTP/1.1\r\nHost: api.github.com\r\n\r\n", "api.github.com",
+                        443, secrets)
+    assert f"Authorization: Bearer {VALUE}\r\n".encode() in sent
+    # Its placeholder anywhere else is still refused.
+    sent, why = rewrite(b"GET /abx-secret:gh HTTP/1.1\r\nHost: api.github.com\r\n\r\n",
+                        "api.github.com", 443, secrets)
+    assert sent == b"" and "secret gh goes only to" in why
