@@ -20,10 +20,11 @@ pytestmark = pytest.mark.integration
 
 VALUE = "sk_E2bShapeSecret_0123456789abcdef"
 _PROBE = r"""
-import http.client, json, sys
+import http.client, json, ssl, sys
 out = []
-for path, headers in json.loads(sys.stdin.readline()):
-    c = http.client.HTTPSConnection("api.secret.test", PORT, timeout=10)
+for port, path, headers in json.loads(sys.stdin.readline()):
+    ctx = ssl.create_default_context(cafile=None if port == PORT else "/tmp/upstream-ca.pem")
+    c = http.client.HTTPSConnection("api.secret.test", port, timeout=10, context=ctx)
     c.request("GET", path, headers=headers)
     r = c.getresponse()
     out.append([r.status, r.getheader("X-Echo"), r.read().decode(errors="replace")])
@@ -40,7 +41,7 @@ def _transform(header: str, value: str, host: str = SECRET_NAME) -> dict[str, An
 def world(e2b_gateway: E2BGateway, tmp_path_factory: pytest.TempPathFactory
           ) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("e2b-secrets")
-    with secret_hosts(tmp) as (ports, seen, _), httpx.Client(
+    with secret_hosts(tmp, 2) as (ports, seen, ca_pem), httpx.Client(
             base_url=e2b_gateway.url, timeout=60,
             headers={"Authorization": f"Bearer {e2b_gateway.keys['a']}"}) as http:
         for name, inject in (("e2bgh", True), ("plain", False)):
@@ -49,7 +50,7 @@ def world(e2b_gateway: E2BGateway, tmp_path_factory: pytest.TempPathFactory
                 "name": name, "hosts": [f"{SECRET_NAME}:{ports[0]}"], "value": VALUE,
                 "inject": inject})
             assert made.status_code == 201, made.text
-        yield {"port": ports[0], "seen": seen}
+        yield {"port": ports[0], "other_port": ports[1], "seen": seen, "ca": ca_pem}
 
 
 def test_a_transform_naming_a_secret_sets_the_header(e2b_env: E2BGateway,
@@ -60,7 +61,10 @@ def test_a_transform_naming_a_secret_sets_the_header(e2b_env: E2BGateway,
                                            f"Bearer {Secret.fill('e2bgh')}"))
     try:
         sb.files.write("/tmp/probe.py", _PROBE.replace("PORT", str(world["port"])))
-        calls = [["/none", {}], ["/own", {"Authorization": "Bearer mine"}]]
+        sb.files.write("/tmp/upstream-ca.pem", world["ca"])
+        port, other = world["port"], world["other_port"]
+        calls = [[port, "/none", {}], [port, "/own", {"Authorization": "Bearer mine"}],
+                 [other, "/other-port", {}]]
         sb.files.write("/tmp/calls.json", json.dumps(calls) + "\n")
         res = sb.commands.run("python3 /tmp/probe.py < /tmp/calls.json", timeout=60)
         assert res.exit_code == 0, res.stderr
@@ -69,12 +73,15 @@ def test_a_transform_naming_a_secret_sets_the_header(e2b_env: E2BGateway,
         sb.kill()
     assert VALUE not in res.stdout and VALUE not in env
     blank = "*" * len(f"Bearer {VALUE}")
-    for status, echo, _ in json.loads(res.stdout.strip().splitlines()[-1]):
+    *mine, elsewhere = json.loads(res.stdout.strip().splitlines()[-1])
+    for status, echo, _ in mine:
         assert status == 200 and echo == blank, (status, echo)
     got = {s["path"]: s["headers"] for s in world["seen"]}
     # Set on every request to the host: with none of its own, and over one it sent.
     assert got["/none"]["Authorization"] == f"Bearer {VALUE}"
     assert got["/own"]["Authorization"] == f"Bearer {VALUE}"
+    # Another port of the host is not the secret's (its stored rule names the port).
+    assert elsewhere[0] == 200 and "Authorization" not in got["/other-port"], elsewhere
 
 
 @pytest.mark.parametrize(("network", "said"), [
