@@ -37,7 +37,10 @@ def _port_cli(abx, sb: Sandbox) -> Iterator[tuple[subprocess.Popen[str], str]]: 
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen([*abx.command, "sandbox", "port", sb.sandbox_id, "8000"],
                                 cwd=abx.cwd, env=abx.env, stdout=subprocess.PIPE, stderr=err,
-                                text=True, stdin=subprocess.DEVNULL)
+                                text=True, stdin=subprocess.DEVNULL,
+                                # Started as a script's background job (or a CI runner)
+                                # starts it: SIGINT ignored. Ctrl-C must stop it anyway.
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
         try:
             assert proc.stdout is not None
             line = proc.stdout.readline().strip()  # "SBX port 8000: http://127.0.0.1:N"
@@ -71,6 +74,12 @@ def test_port_prints_the_address_and_forwards_until_ctrl_c(abx) -> None:  # noqa
         assert proc.wait(20) == 0
         with pytest.raises(OSError):  # the forwarder went with the process
             urllib.request.urlopen(f"http://{where}/", timeout=5)
+
+
+def test_sigterm_stops_it_as_ctrl_c_does(abx) -> None:  # noqa: ANN001
+    with _serving() as sb, _port_cli(abx, sb) as (proc, where):
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
 
 
 def test_ctrl_c_does_not_wait_for_another_process_using_the_views(abx) -> None:  # noqa: ANN001

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 from typing import Any
 
@@ -29,7 +30,15 @@ def port(sandbox: Any, sandbox_id: str, number: int, json_out: bool) -> None:
     if not want_json(json_out):
         console.print("Forwarding through this process (any TCP: HTTP, WebSockets...); "
                       "Ctrl-C stops.", style="dim")
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        return
+    _wait_for_a_stop_signal()
+
+
+def _wait_for_a_stop_signal() -> None:
+    """Until Ctrl-C, SIGTERM or SIGHUP; handlers set here, not inherited: a process
+    started with SIGINT ignored (a background job of a script, a CI runner) must still
+    stop on it, and SIGTERM from a service manager must still run the exit cleanup."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(1.0):  # a timed wait: the handler runs between waits
+        pass
