@@ -1,0 +1,106 @@
+"""E2B's ``Template()`` builder methods, each through the gateway by the unmodified SDK and
+checked in a sandbox made from the result: ``apt_install`` against a Debian repository the
+test serves, ``pip_install`` and ``npm_install`` against stand-in indexes, ``set_envs``,
+``set_workdir``, ``set_user``, ``copy``, ``set_start_cmd`` and ``set_ready_cmd``. One
+gateway for the module, whose builds may reach only the stand-in internet."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2bgateway import E2BGateway
+from gateways import running_gateway
+from mirrors import debian_repo, npm_package
+from netprobe import ENV, HTTP_NAME, internet
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    with internet(tmp_path_factory.mktemp("internet")) as servers:
+        base = f"http://{HTTP_NAME}:{servers['http_port']}"
+        servers["base"] = base
+        repo = debian_repo(servers["root"], "abxhello", "hello from apt")
+        servers["apt"] = f"deb [trusted=yes] {base}/{repo}"
+        servers["npm"] = npm_package(servers["root"], base, "abxnpm", "from npm")
+        yield servers
+
+
+@pytest.fixture(scope="module")
+def gateway(net: dict[str, Any]) -> Iterator[E2BGateway]:
+    pytest.importorskip("e2b", reason="the e2b SDK is not installed (pip install -e .[test])")
+    tenant = {"e2b": True, "max_sandboxes": 10}
+    env = {**ENV, "ABX_BUILD_NETWORK": HTTP_NAME}
+    with running_gateway("abx-e2b-builder-", {"a": tenant, "b": tenant}, env) as (
+            proc, store, keys):
+        yield E2BGateway(proc, store, keys)
+
+
+@pytest.fixture
+def sdk(gateway: E2BGateway, monkeypatch: pytest.MonkeyPatch) -> E2BGateway:
+    for name, value in gateway.env("a").items():
+        monkeypatch.setenv(name, value)
+    return gateway
+
+
+def _messages(logs: list[Any]) -> str:
+    return "\n".join(str(getattr(e, "message", e)) for e in logs)
+
+
+def test_every_builder_method_builds_what_a_sandbox_then_has(
+        sdk: E2BGateway, net: dict[str, Any], tmp_path: Path) -> None:
+    from e2b import Sandbox, Template, wait_for_file
+
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "app.toml").write_text("answer = 42\n")
+    base = net["base"]
+    template = (
+        Template(file_context_path=str(tmp_path)).from_base_image()
+        # The stand-in mirrors, as an operator's air-gapped build would name its own.
+        .run_cmd(["rm -f /etc/apt/sources.list /etc/apt/sources.list.d/*",
+                  f"echo '{net['apt']}' > /etc/apt/sources.list.d/local.list"], user="root")
+        .set_envs({"PIP_INDEX_URL": f"{base}/simple/", "PIP_TRUSTED_HOST": HTTP_NAME,
+                   "PIP_BREAK_SYSTEM_PACKAGES": "1", "npm_config_registry": net["npm"],
+                   "npm_config_audit": "false", "npm_config_fund": "false",
+                   "npm_config_update_notifier": "false", "APP_MODE": "built"})
+        .apt_install("abxhello", no_install_recommends=True)
+        .pip_install("abxdemo")
+        .set_workdir("/opt/app")
+        .npm_install("abxnpm")
+        .copy("conf", "/opt/app/conf/", user="user", mode=0o640)
+        .set_user("user")
+        .run_cmd("whoami > /tmp/built-as")
+        .set_start_cmd("echo up > /tmp/started && exec sleep 600",
+                       wait_for_file("/tmp/started")))
+    logs: list[Any] = []
+    Template.build(template, "e2b-methods", on_build_logs=logs.append)
+    text = _messages(logs)
+    assert "Setting up abxhello (1.0)" in text, text  # apt-get's own output, streamed
+    assert "Successfully installed abxdemo" in text, text
+    sb = Sandbox.create("e2b-methods")
+    try:
+        def run(cmd: str) -> str:
+            return sb.commands.run(cmd, cwd="/opt/app").stdout.strip()
+
+        assert run("cat /usr/share/abxhello/hello.txt") == "hello from apt"
+        assert run("dpkg-query -W -f '${Status}' abxhello") == "install ok installed"
+        assert run("python3 -c 'import abxdemo; print(abxdemo.VALUE)'") == "42"
+        assert run("node -e \"console.log(require('abxnpm').value)\"") == "from npm"
+        assert run("echo $APP_MODE") == "built"
+        assert run("stat -c '%U %a' conf/app.toml; cat conf/app.toml") == "user 640\nanswer = 42"
+        assert run("whoami; cat /tmp/built-as") == "user\nuser"
+        assert run("cat /tmp/started") == "up"  # the start command ran, checked ready
+    finally:
+        sb.kill()
+    # A template from it with only a ready check: the start command is the parent's.
+    Template.build(Template().from_template("e2b-methods")
+                   .set_ready_cmd("test -s /tmp/started"), "e2b-ready")
+    sb = Sandbox.create("e2b-ready")
+    try:
+        assert sb.commands.run("cat /tmp/started").stdout.strip() == "up"
+    finally:
+        sb.kill()
