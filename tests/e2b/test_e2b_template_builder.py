@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from e2bgateway import E2BGateway
 from gateways import running_gateway
-from mirrors import debian_repo, npm_package
-from netprobe import ENV, HTTP_NAME, internet
+from mirrors import busybox_image, debian_repo, npm_package, registry
+from netprobe import ENV, HTTP_ADDR, HTTP_NAME, internet
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +34,9 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 def gateway(net: dict[str, Any]) -> Iterator[E2BGateway]:
     pytest.importorskip("e2b", reason="the e2b SDK is not installed (pip install -e .[test])")
     tenant = {"e2b": True, "max_sandboxes": 10}
-    env = {**ENV, "ABX_BUILD_NETWORK": HTTP_NAME}
+    # Builds reach the stand-in internet: its package mirrors by name, and by address its
+    # image registries (pulled by the host; ENV opens the address's range).
+    env = {**ENV, "ABX_BUILD_NETWORK": f"{HTTP_NAME},{HTTP_ADDR}/32"}
     with running_gateway("abx-e2b-builder-", {"a": tenant, "b": tenant}, env) as (
             proc, store, keys):
         yield E2BGateway(proc, store, keys)
@@ -104,3 +106,51 @@ def test_every_builder_method_builds_what_a_sandbox_then_has(
         assert sb.commands.run("cat /tmp/started").stdout.strip() == "up"
     finally:
         sb.kill()
+
+
+# E2B's images need bash (envd runs ``/bin/bash -l -c``); a busybox image gets a stand-in.
+_BASH = "printf '#!/bin/sh\\nexec /bin/sh \"$@\"\\n' > /bin/bash && chmod 755 /bin/bash"
+
+
+def test_from_image_pulls_from_a_registry_the_builds_reach(sdk: E2BGateway) -> None:
+    from e2b import Sandbox, Template
+    from e2b.exceptions import BuildException
+
+    images = {"abx/tiny": busybox_image("public image")}
+    private = {"abx/private": busybox_image("private image")}
+    with registry(HTTP_ADDR, images) as open_reg, \
+            registry(HTTP_ADDR, private, creds=("puller", "s3cret")) as closed_reg:
+        Template.build(Template().from_image(f"{open_reg['host']}/abx/tiny:latest")
+                       .run_cmd([_BASH, "echo layered > /etc/extra"]), "e2b-image")
+        # With credentials (E2B's fromImageRegistry of type registry): pulled with them.
+        Template.build(Template().from_image(f"{closed_reg['host']}/abx/private",
+                                             username="puller", password="s3cret")
+                       .run_cmd(_BASH), "e2b-private")
+        # Without, or with wrong ones: the registry's refusal, said.
+        for builder in (Template().from_image(f"{closed_reg['host']}/abx/private"),
+                        Template().from_image(f"{closed_reg['host']}/abx/private",
+                                              username="puller", password="wrong")):
+            with pytest.raises(BuildException, match="pulling it failed: .*unauthorized"):
+                Template.build(builder.run_cmd("true"), "e2b-refused")
+        assert any("/abx/private/manifests/" in path for path in closed_reg["asked"])
+    for name, marker in (("e2b-image", "public image"), ("e2b-private", "private image")):
+        sb = Sandbox.create(name)
+        try:
+            out = sb.commands.run("cat /etc/marker; echo $IMAGE_MARKER").stdout.split("\n")
+            assert out[:2] == [marker, marker], out
+            if name == "e2b-image":
+                assert sb.commands.run("cat /etc/extra").stdout.strip() == "layered"
+        finally:
+            sb.kill()
+    # A registry the machine cannot reach (nothing listens there): its error, said.
+    with pytest.raises(BuildException, match="pulling it failed: .*(refused|connect)"):
+        Template.build(Template().from_image(f"{HTTP_ADDR}:9/abx/tiny").run_cmd("true"),
+                       "e2b-unreachable")
+    # One the build network does not reach (Docker Hub here): refused before any pull.
+    with pytest.raises(BuildException, match="builds may not reach the registry docker.io"):
+        Template.build(Template().from_python_image("3").run_cmd("true"), "e2b-hub")
+    # Cloud registry credentials (AWS's, GCP's): refused at once (HTTP 400), saying why.
+    with pytest.raises(BuildException, match="type 'aws' is not supported"):
+        Template.build(Template().from_aws_registry("1.dkr.ecr.eu-west-1.amazonaws.com/x",
+                                                    "AKIA", "secret", "eu-west-1")
+                       .run_cmd("true"), "e2b-aws")

@@ -237,6 +237,7 @@ def start_build(template_id: str, build_id: str, body: BuildStart, state: State,
         raise InvalidArgumentError(f"build {build_id} was started already")
     check_build_network(state, who)
     recipe, hashes = to_recipe(body, state, who)
+    auth = registry_auth(body.from_image_registry)
     folder = builds.folder(who.owner)
     tars, total = [], 0
     for files_hash in dict.fromkeys(hashes):
@@ -249,13 +250,13 @@ def start_build(template_id: str, build_id: str, body: BuildStart, state: State,
                                          "in all")
         tars.append(path.read_bytes())
     build.status = "building"
-    threading.Thread(target=_run, args=(state, build, recipe, tars, bool(body.force)),
+    threading.Thread(target=_run, args=(state, build, recipe, tars, bool(body.force), auth),
                      name="abx-e2b-build", daemon=True).start()
     return Response(status_code=202)
 
 
 def _run(state: GatewayState, build: Build, recipe: str, tars: list[bytes],
-         force: bool) -> None:
+         force: bool, auth: tuple[str, str] | None) -> None:
     def log(message: str, level: str = "info") -> None:
         if len(build.logs) >= MAX_LOG_KEPT and level != "error":
             return  # a RUN printing without end must not fill the gateway's memory
@@ -273,8 +274,9 @@ def _run(state: GatewayState, build: Build, recipe: str, tars: list[bytes],
             log(f"Build finished in {e['seconds']:.1f} s")
 
     try:
+        extra = {"registry_auth": auth} if auth else {}
         state.provider.build_recipe(build.template, recipe, context_tar=tars,  # type: ignore[attr-defined]
-                                    on_event=event, owner=build.owner, force=force)
+                                    on_event=event, owner=build.owner, force=force, **extra)
         build.status = "ready"
     except SandboxError as exc:
         build.reason = exc.message
@@ -304,9 +306,6 @@ def build_status(template_id: str, build_id: str, who: Caller, builds: BuildsDep
 def to_recipe(body: BuildStart, state: GatewayState, who: Principal
               ) -> tuple[str, list[str]]:
     """E2B's template as a recipe, and the hashes of the files its copies need."""
-    if body.from_image_registry:
-        raise InvalidArgumentError("fromImageRegistry (registry credentials) is not supported "
-                                   "by this gateway: use a public image or a template")
     if body.from_template:
         parent = _template(state, who, body.from_template).name
     elif body.from_image:
@@ -351,6 +350,25 @@ def to_recipe(body: BuildStart, state: GatewayState, who: Principal
     if body.ready_cmd:
         lines.append("HEALTHCHECK CMD " + json.dumps(["/bin/sh", "-c", body.ready_cmd]))
     return "\n".join(lines) + "\n", hashes
+
+
+def registry_auth(config: dict[str, Any] | None) -> tuple[str, str] | None:
+    """E2B's ``fromImageRegistry`` as (user, password): the ``registry`` kind (``from_image``
+    with credentials) is; AWS's and GCP's (cloud IAM exchanges) are refused."""
+    if not config:
+        return None
+    kind = config.get("type")
+    if kind == "registry":
+        user, password = config.get("username"), config.get("password")
+        if not (isinstance(user, str) and user and isinstance(password, str) and password) \
+                or len(user) + len(password) > 4096:
+            raise InvalidArgumentError("fromImageRegistry of type registry needs a username "
+                                       "and a password")
+        return user, password
+    raise InvalidArgumentError(f"fromImageRegistry of type {str(kind)[:40]!r} is not supported "
+                               "by this gateway (its cloud credential exchange is not "
+                               "implemented): use from_image with a username and password, "
+                               "or a template")
 
 
 # ---- templates and aliases ---------------------------------------------------------------
