@@ -154,3 +154,49 @@ def test_from_image_pulls_from_a_registry_the_builds_reach(sdk: E2BGateway) -> N
         Template.build(Template().from_aws_registry("1.dkr.ecr.eu-west-1.amazonaws.com/x",
                                                     "AKIA", "secret", "eu-west-1")
                        .run_cmd("true"), "e2b-aws")
+
+
+def test_tags_name_builds(sdk: E2BGateway) -> None:
+    """``Template.build(t, "name:tag", tags=[...])``, ``Sandbox.create("name:tag")``,
+    ``assign_tags``, ``remove_tags``, ``get_tags``; a rebuild's tags replace the earlier
+    build's (this engine keeps the latest build), so an old tag is not found, saying why."""
+    import httpx2 as httpx
+    from e2b import Sandbox, Template
+
+    def version(ref: str) -> str:
+        sb = Sandbox.create(ref)
+        try:
+            return sb.commands.run("cat /opt/version").stdout.strip()
+        finally:
+            sb.kill()
+
+    def tags() -> set[str]:
+        return {t.tag for t in Template.get_tags("e2b-tagged")}
+
+    built = Template.build(Template().from_base_image().run_cmd("echo one > /opt/version"),
+                           "e2b-tagged:v1", tags=["stable"])
+    assert set(built.tags) == {"v1", "stable"}
+    assert tags() == {"default", "v1", "stable"}
+    assert version("e2b-tagged:stable") == "one"
+    assert Template.assign_tags("e2b-tagged:v1", "prod").tags == ["prod"]
+    Template.remove_tags("e2b-tagged", "stable")
+    assert tags() == {"default", "v1", "prod"}
+    with pytest.raises(Exception, match="has no tag 'stable'"):
+        Sandbox.create("e2b-tagged:stable")
+    Template.build(Template().from_base_image().run_cmd("echo two > /opt/version"),
+                   "e2b-tagged:v2")
+    assert tags() == {"default", "v2"}
+    with pytest.raises(Exception, match="has no tag 'v1'.*latest build only"):
+        Sandbox.create("e2b-tagged:v1")
+    assert version("e2b-tagged:v2") == version("e2b-tagged") == "two"
+    Template.build(Template().from_template("e2b-tagged:v2").run_cmd("echo three > /opt/x"),
+                   "e2b-from-tag")
+    # Another key neither sees nor tags them; a bad tag is a 400.
+    url, b = sdk.url, {"X-API-KEY": sdk.keys["b"]}
+    assert httpx.get(f"{url}/templates/e2b-tagged/tags", headers=b).status_code == 404
+    assert httpx.post(f"{url}/templates/tags", headers=b, json={
+        "target": "e2b-tagged", "tags": ["mine"]}).status_code == 404
+    a = {"X-API-KEY": sdk.keys["a"]}
+    bad = httpx.post(f"{url}/templates/tags", headers=a, json={
+        "target": "e2b-tagged", "tags": ["no spaces"]})
+    assert bad.status_code == 400 and "tag 'no spaces'" in bad.text, bad.text
