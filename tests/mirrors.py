@@ -12,6 +12,7 @@ import hashlib
 import http.server
 import io
 import json
+import os
 import re
 import shutil
 import socketserver
@@ -86,9 +87,10 @@ def npm_package(root: Path, base_url: str, name: str, value: str) -> str:
     return registry
 
 
-def busybox_image(marker: str) -> dict[str, bytes]:
-    """A one-layer OCI image of a static busybox and ``/etc/marker`` holding ``marker``:
-    its blobs by digest and its manifest (under ``"manifest"``)."""
+def busybox_image(marker: str, padding: int = 0) -> dict[str, bytes]:
+    """A one-layer OCI image of a static busybox and ``/etc/marker`` holding ``marker``
+    (and ``/padding``, ``padding`` random bytes): its blobs by digest and its manifest
+    (under ``"manifest"``)."""
     busybox = Path("/bin/busybox")
     if not busybox.exists():
         pytest.skip("needs a static busybox (apt-get install busybox-static)")
@@ -103,10 +105,11 @@ def busybox_image(marker: str) -> dict[str, bytes]:
             info = tarfile.TarInfo(f"bin/{applet}")
             info.type, info.linkname = tarfile.SYMTYPE, "busybox"
             tar.addfile(info)
-        data = marker.encode() + b"\n"
-        info = tarfile.TarInfo("etc/marker")
-        info.size, info.mode = len(data), 0o644
-        tar.addfile(info, io.BytesIO(data))
+        for name, data in (("etc/marker", marker.encode() + b"\n"),
+                           *((("padding", os.urandom(padding)),) if padding else ())):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
     layer = buf.getvalue()
     blob = gzip.compress(layer, mtime=0)
     config = json.dumps({"architecture": "amd64", "os": "linux",

@@ -36,7 +36,9 @@ def gateway(net: dict[str, Any]) -> Iterator[E2BGateway]:
     tenant = {"e2b": True, "max_sandboxes": 10}
     # Builds reach the stand-in internet: its package mirrors by name, and by address its
     # image registries (pulled by the host; ENV opens the address's range).
-    env = {**ENV, "ABX_BUILD_NETWORK": f"{HTTP_NAME},{HTTP_ADDR}/32"}
+    # A layer (and a pulled image) holds at most 16 MiB here.
+    env = {**ENV, "ABX_BUILD_NETWORK": f"{HTTP_NAME},{HTTP_ADDR}/32",
+           "ABX_BUILD_MAX_LAYER_MB": "16"}
     with running_gateway("abx-e2b-builder-", {"a": tenant, "b": tenant}, env) as (
             proc, store, keys):
         yield E2BGateway(proc, store, keys)
@@ -116,7 +118,8 @@ def test_from_image_pulls_from_a_registry_the_builds_reach(sdk: E2BGateway) -> N
     from e2b import Sandbox, Template
     from e2b.exceptions import BuildException
 
-    images = {"abx/tiny": busybox_image("public image")}
+    images = {"abx/tiny": busybox_image("public image"),
+              "abx/huge": busybox_image("huge", padding=20 << 20)}
     private = {"abx/private": busybox_image("private image")}
     with registry(HTTP_ADDR, images) as open_reg, \
             registry(HTTP_ADDR, private, creds=("puller", "s3cret")) as closed_reg:
@@ -133,6 +136,10 @@ def test_from_image_pulls_from_a_registry_the_builds_reach(sdk: E2BGateway) -> N
             with pytest.raises(BuildException, match="pulling it failed: .*unauthorized"):
                 Template.build(builder.run_cmd("true"), "e2b-refused")
         assert any("/abx/private/manifests/" in path for path in closed_reg["asked"])
+        # An image over what a layer may hold (ABX_BUILD_MAX_LAYER_MB) is cut off.
+        with pytest.raises(BuildException, match="the image is over 16 MiB"):
+            Template.build(Template().from_image(f"{open_reg['host']}/abx/huge")
+                           .run_cmd("true"), "e2b-huge")
     for name, marker in (("e2b-image", "public image"), ("e2b-private", "private image")):
         sb = Sandbox.create(name)
         try:

@@ -22,6 +22,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import stat
 import subprocess
 import time
@@ -195,19 +196,25 @@ class RecipeLayers:
             else:
                 archive = Path(tmp) / "image.tar"
                 say(f"pulling {source} with skopeo")
-                args = ["skopeo", "copy", "--quiet"]
+                skopeo = shutil.which("skopeo")
+                if skopeo is None:
+                    raise NotFoundError(f"FROM {source}: not a local template or image "
+                                        "archive, and skopeo (to pull it) is not installed "
+                                        "(scripts/setup.sh installs it)")
+                # No file it writes (the archive) grows past what a layer may hold.
+                args = ["prlimit", f"--fsize={self.max_layer_bytes}", "--", skopeo, "copy",
+                        "--quiet"]
                 if auth is not None:  # in a 0600 file, never on a command line
                     args += ["--src-authfile", _authfile(Path(tmp), source, auth)]
                 else:  # not the host's own logins (a tenant's pull must not use them)
                     args += ["--src-no-creds"] if registry_only else []
-                try:
-                    proc = subprocess.run([*args, f"docker://{source}",
-                                           f"oci-archive:{archive}"], capture_output=True,
-                                          text=True, timeout=1800, stdin=subprocess.DEVNULL)
-                except FileNotFoundError:
-                    raise NotFoundError(f"FROM {source}: not a local template or image "
-                                        "archive, and skopeo (to pull it) is not installed "
-                                        "(scripts/setup.sh installs it)") from None
+                proc = subprocess.run([*args, f"docker://{source}", f"oci-archive:{archive}"],
+                                      capture_output=True, text=True, timeout=1800,
+                                      stdin=subprocess.DEVNULL)
+                if proc.returncode == -signal.SIGXFSZ or "file too large" in proc.stderr:
+                    raise ResourceExhaustedError(
+                        f"FROM {source}: the image is over {self.max_layer_bytes >> 20} MiB "
+                        "(ABX_BUILD_MAX_LAYER_MB)")
                 if proc.returncode != 0:
                     raise NotFoundError(f"FROM {source}: not a local template, not an image "
                                         f"archive, and pulling it failed: "
