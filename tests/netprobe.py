@@ -36,6 +36,9 @@ ENV = {"ABX_NETWORK_HOSTS": f"{HTTP_NAME}={HTTP_ADDR},{TLS_NAME}={TLS_ADDR},"
                             f"{SECRET_NAME}={SECRET_ADDR}",
        "ABX_NETWORK_OPEN_RANGES": f"{HTTP_ADDR}/32,{TLS_ADDR}/32,{SECRET_ADDR}/32",
        "ABX_SECRETS_UPSTREAM_CA": UPSTREAM_CA}
+# What the stand-in HTTP server serves from its folder (``root`` in what ``internet``
+# yields): the wheel index, and the Debian and npm mirrors tests/mirrors.py writes there.
+MIRRORED = ("/simple", "/debian", "/npm")
 FAST = 1.0  # seconds: a refusal is immediate, never a timeout
 
 
@@ -134,7 +137,7 @@ class _Hello(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
         root = getattr(self.server, "root", None)
-        if root is not None and self.path.startswith("/simple"):
+        if root is not None and self.path.startswith(MIRRORED):
             return self._file(root)
         body = f"hello {self.headers.get('Host')}\n".encode()
         self.send_response(200)
@@ -145,15 +148,16 @@ class _Hello(http.server.BaseHTTPRequestHandler):
     def _file(self, root: Path) -> None:
         self.server.fetched.append(self.path)  # type: ignore[attr-defined]
         path = (root / self.path.lstrip("/").split("?")[0]).resolve()
-        if path.is_dir():
-            path = path / "index.html"
+        if path.is_dir():  # an npm packument is a folder's index.json (its tarballs beside)
+            path = next((p for p in (path / "index.html", path / "index.json") if p.exists()),
+                        path / "index.html")
         if not path.is_relative_to(root) or not path.is_file():
             self.send_error(404)
             return
         data = path.read_bytes()
         self.send_response(200)
-        self.send_header("Content-Type", "text/html" if path.suffix == ".html"
-                         else "application/octet-stream")
+        self.send_header("Content-Type", {".html": "text/html", ".json": "application/json"}
+                         .get(path.suffix, "application/octet-stream"))
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -189,7 +193,7 @@ def internet(tmp: Path, packages: tuple[str, ...] = ("abxdemo",)) -> Iterator[di
         threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         yield {"http_port": plain.server_address[1], "tls_port": secure.server_address[1],
-               "cert": cert.read_text(), "fetched": plain.fetched}  # type: ignore[attr-defined]
+               "cert": cert.read_text(), "fetched": plain.fetched, "root": root}  # type: ignore[attr-defined]
     finally:
         for srv in (plain, secure):
             srv.shutdown()

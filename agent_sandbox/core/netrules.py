@@ -30,6 +30,21 @@ BLOCKED_V4 = (
 BLOCKED_V6 = ("::/128", "::1/128", "::ffff:0:0/96", "fc00::/7", "fe80::/10", "ff00::/8")
 
 MODES: tuple[str, ...] = ("off", "allowlist", "full")
+
+
+def blocked_address(address: str, open_ranges: Iterable[str] = ()) -> bool:
+    """Is ``address`` one no policy reaches (not global, or in the blocked ranges) and no
+    range the operator opened (ABX_NETWORK_OPEN_RANGES) holds? Not an address: blocked."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return True
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if any(ip in ipaddress.ip_network(r, strict=False) for r in open_ranges):
+        return False
+    blocked = BLOCKED_V4 if ip.version == 4 else BLOCKED_V6
+    return not ip.is_global or any(ip in ipaddress.ip_network(r) for r in blocked)
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 # What each package manager's installer really downloads from.

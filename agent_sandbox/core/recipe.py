@@ -213,3 +213,34 @@ def _copy_args(step: Step, rest: str, kind: str) -> None:
     if len(words) < 2:
         raise _refuse(line, f"{kind} needs a source and a destination")
     step.args = words
+
+
+# An image reference as Docker spells it: [registry[:port]/]path[:tag][@sha256:digest].
+_IMAGE_REF = re.compile(
+    r"^(?:(?P<first>[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*"
+    r"[A-Za-z0-9])?)*(?::[0-9]{1,5})?|\[[0-9A-Fa-f:]+\](?::[0-9]{1,5})?)/)?"
+    r"(?P<path>[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
+DEFAULT_REGISTRY = "docker.io"
+
+
+def image_registry(ref: str) -> str | None:
+    """The registry (``host[:port]``) an image reference is pulled from, Docker's way (a
+    first component with a dot, a port or ``localhost`` names it, else Docker Hub);
+    None when ``ref`` is no image reference (a path, say)."""
+    found = _IMAGE_REF.fullmatch(ref)
+    if found is None:
+        return None
+    first = found.group("first")
+    if first is None:
+        return DEFAULT_REGISTRY
+    if "." in first or ":" in first or first == "localhost":
+        return first.lower()
+    return DEFAULT_REGISTRY
+
+
+def registry_host(registry: str) -> str:
+    """A registry's host without its port (an IPv6 address without brackets)."""
+    if registry.startswith("["):
+        return registry[1:registry.index("]")]
+    return registry.rsplit(":", 1)[0] if registry.count(":") == 1 else registry

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import ipaddress
 import json
 import os
 import posixpath
+import socket
 import stat
 import time
 from collections.abc import Callable, Iterator
@@ -24,14 +26,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent_sandbox.core import network as netpolicy
 from agent_sandbox.core import recipe as recipes
 from agent_sandbox.core.errors import (
     InvalidArgumentError,
     NotFoundError,
+    PermissionDeniedError,
     ResourceExhaustedError,
     SandboxError,
 )
 from agent_sandbox.core.models import TemplateInfo
+from agent_sandbox.core.netrules import blocked_address
 from agent_sandbox.core.recipe import Step
 from agent_sandbox.core.templates import BASE, Template, validate_name
 
@@ -90,7 +95,7 @@ class RecipeBuild:
     def __init__(self, service: SandboxService, name: str, text: str, context: Path | None,
                  *, on_event: EventFn | None = None, owner: str = "",
                  network: Any = None, context_tar: bytes | list[bytes] | None = None,
-                 force: bool = False) -> None:
+                 force: bool = False, registry_auth: tuple[str, str] | None = None) -> None:
         self.service = service
         self.name = validate_name(name)
         self.steps = recipes.parse(text)
@@ -99,6 +104,7 @@ class RecipeBuild:
         # A remote client's context (E2B: one archive per copy), unpacked for the build.
         self.context_tar = [context_tar] if isinstance(context_tar, bytes) else context_tar
         self.force = force  # rebuild every step (E2B's skip_cache)
+        self.registry_auth = registry_auth  # (user, password) for FROM an image reference
         self.network = service.config.build_network if network is None else network
         self.emit = on_event or (lambda _event: None)
         self.layers = service.backend.recipes()
@@ -203,11 +209,45 @@ class RecipeBuild:
                 raise NotFoundError(f"recipe line 1: FROM {ref}: template not found")
             return tmpl, digest("FROM", tmpl.name, [(x.target, x.lowers) for x in tmpl.layers],
                                 tmpl.build_inputs.get("recipe_key"))
-        if self.owner:  # a gateway's tenant: never a file of the host, nor a host's pull
-            raise NotFoundError(f"recipe line 1: FROM {ref}: no such template here (over the "
-                                "gateway a recipe starts FROM a template; images are imported "
-                                "by the operator: abx template build NAME --file)")
-        return self.layers.from_image(ref, lambda line: self._log(1, "stdout", line + "\n"))
+        if self.owner:  # a gateway's tenant: never a file of the host
+            registry = recipes.image_registry(ref)
+            if registry is None:
+                raise NotFoundError(f"recipe line 1: FROM {ref}: no such template here, nor an "
+                                    "image reference (over the gateway a recipe starts FROM a "
+                                    "template or an image of a registry the builds may reach)")
+            self._check_registry(ref, registry)
+        return self.layers.from_image(ref, lambda line: self._log(1, "stdout", line + "\n"),
+                                      registry_only=bool(self.owner), auth=self.registry_auth)
+
+    def _check_registry(self, ref: str, registry: str) -> None:
+        """A tenant's image is pulled by the host, so only from a registry the operator's
+        build network policy reaches, at an address no sandbox is kept from (the host's,
+        private, link-local) unless the operator opened its range."""
+        policy = netpolicy.parse(self.network)
+        host = recipes.registry_host(registry)
+        try:
+            ipaddress.ip_address(host)
+            allowed, addresses = policy.allows_address(host), [host]
+        except ValueError:
+            allowed, addresses = policy.allows_name(host), []
+        if not allowed:
+            raise PermissionDeniedError(
+                f"recipe line 1: FROM {ref}: builds may not reach the registry {host} (the "
+                f"build network is {policy.describe()}); the operator allows a registry by "
+                "naming it in ABX_BUILD_NETWORK")
+        if not addresses:
+            try:
+                addresses = sorted({str(a[4][0]) for a in socket.getaddrinfo(host, None)})
+            except OSError:
+                raise NotFoundError(f"recipe line 1: FROM {ref}: the registry {host} does not "
+                                    "resolve from this host") from None
+        opened = self.service.config.network_open_ranges
+        for address in addresses:
+            if blocked_address(address, opened):
+                raise PermissionDeniedError(
+                    f"recipe line 1: FROM {ref}: the registry {host} is at {address}, an "
+                    "address builds never reach (the host's, private or link-local) unless "
+                    "the operator opens its range (ABX_NETWORK_OPEN_RANGES)")
 
     def _inputs(self, step: Step) -> str | None:
         if step.kind != "COPY":

@@ -294,16 +294,18 @@ class SandboxService(GuestOps, DirOps, Terminals, FileLocks, SnapshotOps):
     def build_recipe(self, name: str, recipe: str, *, context: str | None = None,
                      on_event: Callable[[dict[str, Any]], None] | None = None,
                      owner: str = "", network: NetworkSpec | None = None,
-                     context_tar: bytes | list[bytes] | None = None, force: bool = False
-                     ) -> TemplateInfo:
+                     context_tar: bytes | list[bytes] | None = None, force: bool = False,
+                     registry_auth: tuple[str, str] | None = None) -> TemplateInfo:
         """A template from a recipe (a Dockerfile's text), a cached layer per step;
         ``on_event`` gets each step, its output and the end as they happen. ``network``:
         what RUN steps may reach (the operator's choice; default ABX_BUILD_NETWORK).
         ``context_tar``: a remote client's build context, as tar archives; ``force``:
-        rebuild every step, cached or not."""
+        rebuild every step, cached or not; ``registry_auth``: (user, password) for a
+        registry ``FROM`` pulls from."""
         where = Path(context) if context else None
         build = RecipeBuild(self, name, recipe, where, on_event=on_event, owner=owner,
-                            network=network, context_tar=context_tar, force=force)
+                            network=network, context_tar=context_tar, force=force,
+                            registry_auth=registry_auth)
         with self._builds_lock:  # a tenant's builds hold sandboxes of their own
             if owner and self._builds.get(owner, 0) >= MAX_BUILDS_PER_OWNER:
                 raise ResourceExhaustedError(f"at most {MAX_BUILDS_PER_OWNER} template builds "

@@ -211,7 +211,8 @@ def test_sessions_are_isolated_and_cleaned_up_on_eof() -> None:
 def test_capability_gating_read_only() -> None:
     async def body(c: Client) -> None:
         names = sorted(t.name for t in (await c.list_tools()).tools)
-        assert names == ["list_files", "list_sandboxes", "process_output", "read_file"]
+        assert names == ["list_files", "list_sandboxes", "list_templates", "process_output",
+                         "read_file"]
         for tool in ("run_command", "write_file", "create_sandbox"):
             err, data, _ = await call(c, tool, command="true", path="/x", content="")
             assert err and data["error"]["code"] == "not_found"

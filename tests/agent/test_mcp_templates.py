@@ -1,5 +1,6 @@
-"""A recipe template over MCP: create_sandbox accepts it (its USER, WORKDIR and files are
-there), and an unknown template's error lists the templates there are, recipes included."""
+"""A recipe template over MCP: list_templates shows it (kind, parent, the default marked),
+create_sandbox accepts it (its USER, WORKDIR and files are there), and an unknown
+template's error lists the templates there are, recipes included."""
 
 from __future__ import annotations
 
@@ -20,6 +21,17 @@ def test_create_sandbox_takes_a_recipe_template() -> None:
 
     async def main() -> None:
         async with Client(stdio_params(), mode="legacy") as c:
+            tools = {t.name: t for t in (await c.list_tools()).tools}
+            assert "list_templates" in (tools["create_sandbox"].description or "")
+            assert tools["list_templates"].annotations.read_only_hint  # type: ignore[union-attr]
+            r = await c.call_tool("list_templates", {})
+            assert not r.is_error, r.content
+            listed = {t["name"]: t for t in (r.structured_content or {})["templates"]}
+            mine = listed["mcp-recipe"]
+            assert (mine["kind"], mine["parent"], mine["default"]) == ("recipe", "base", False)
+            assert mine["layers"] == 2 and mine["workdir"] == "/opt/mcp"
+            assert len([n for n, t in listed.items() if t["default"]]) == 1 and "base" in listed
+            assert "mcp-recipe (recipe, built on base)" in r.content[0].text  # type: ignore[union-attr]
             r = await c.call_tool("create_sandbox", {"template": "no-such-template"})
             assert r.is_error and "mcp-recipe" in r.content[0].text  # type: ignore[union-attr]
             r = await c.call_tool("create_sandbox", {"template": "mcp-recipe"})

@@ -23,7 +23,7 @@ from agent_sandbox.surfaces.mcp.tools import ALL_TOOLS
 SPECS = {spec.name: spec for spec in ALL_TOOLS}
 # Each tool's smallest valid call.
 MINIMAL: dict[str, dict[str, Any]] = {
-    "create_sandbox": {}, "list_sandboxes": {}, "list_files": {},
+    "create_sandbox": {}, "list_sandboxes": {}, "list_templates": {}, "list_files": {},
     "run_code": {"code": "1"}, "run_command": {"command": "true"},
     "process_output": {"pid": 7}, "kill_process": {"pid": 7},
     "read_file": {"path": "/x"}, "write_file": {"path": "/x", "content": ""},
@@ -41,6 +41,7 @@ ARGUMENTS = {
     "create_sandbox": ("template timeout envs cpu memory_mb network persistent lifetime "
                        "on_timeout snapshot keep_volume secrets", ""),
     "list_sandboxes": ("template state", ""),
+    "list_templates": ("", ""),
     "run_code": ("code language timeout context sandbox_id", "code"),
     "run_command": ("command workdir background timeout envs sandbox_id", "command"),
     "process_output": ("pid sandbox_id", "pid"),
@@ -133,7 +134,7 @@ def test_a_few_bounds_are_the_documented_ones() -> None:
 
 
 def test_every_sandbox_tool_defaults_to_the_session_sandbox() -> None:
-    for tool in set(SPECS) - {"create_sandbox", "list_sandboxes"}:
+    for tool in set(SPECS) - {"create_sandbox", "list_sandboxes", "list_templates"}:
         prop = schema_of(tool)["properties"]["sandbox_id"]
         assert "sandbox_id" not in schema_of(tool).get("required", []), tool
         assert "default sandbox" in prop["description"], tool

@@ -154,7 +154,8 @@ def test_stdio_start_answers_on_stdout(abx: Abx) -> None:
     replies = [json.loads(line) for line in out.splitlines()]
     assert [r["id"] for r in replies] == [1, 2]
     names = {t["name"] for t in replies[1]["result"]["tools"]}
-    assert names == {"list_sandboxes", "read_file", "list_files", "process_output"}
+    assert names == {"list_sandboxes", "list_templates", "read_file", "list_files",
+                     "process_output"}
     assert "agent-sandbox MCP server (stdio)" in err
     assert proc.returncode == 0
     assert abx("mcp", "status", "--json").json()["mcp_running"] is False

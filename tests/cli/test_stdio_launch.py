@@ -104,7 +104,8 @@ def test_abx_mcp_start_execs_the_server_without_the_cli(abx: Abx) -> None:
                                      "params": {}}) + "\n")
         proc.stdin.flush()
         tools = {t["name"] for t in json.loads(proc.stdout.readline())["result"]["tools"]}
-        assert tools == {"list_sandboxes", "read_file", "list_files", "process_output"}
+        assert tools == {"list_sandboxes", "list_templates", "read_file", "list_files",
+                         "process_output"}
         record = json.loads((abx.home / ".abx" / "run" / "mcp-server.json").read_text())
         assert record["pid"] == proc.pid and record["transport"] == "stdio"
         assert abx("mcp", "status", "--json").json()["mcp_running"] is True

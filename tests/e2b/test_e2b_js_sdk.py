@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import httpx2 as httpx
 import pytest
 from e2bgateway import E2BGateway
 from npmcache import node_packages
@@ -25,8 +26,8 @@ def node_dir() -> Path:
     return node_packages(HERE)
 
 
-def flow(node_dir: Path, gateway: E2BGateway, part: str) -> Steps:
-    env = {**os.environ, **gateway.env("a"), "ABX_E2B_OTHER_KEY": gateway.keys["b"]}
+def flow(node_dir: Path, gateway: E2BGateway, part: str, **extra: str) -> Steps:
+    env = {**os.environ, **gateway.env("a"), "ABX_E2B_OTHER_KEY": gateway.keys["b"], **extra}
     done = subprocess.run(["node", str(node_dir / "e2b_flow.mjs"), part], env=env,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -165,6 +166,30 @@ def test_code_contexts(interpreter: Steps) -> None:
     seen = ok(interpreter, "contexts")
     assert seen == {**seen, "cwd": "/tmp", "isolated": "False", "listed": True,
                     "afterRestart": "False", "removed": True}
+
+
+def test_the_template_builder_builds_and_a_sandbox_runs_it(
+        node_dir: Path, e2b_gateway: E2BGateway, tmp_path: Path) -> None:
+    """``Template()`` and ``Template.build`` of the JS SDK: its copy uploaded by hash, its
+    steps built with the logs streamed to ``onBuildLogs``, tags; the same build again is
+    all cached; a failing step rejects with the step's message."""
+    (tmp_path / "hello.txt").write_text("hello from js\n")
+    steps = flow(node_dir, e2b_gateway, "template", ABX_E2B_CONTEXT=str(tmp_path))
+    built = ok(steps, "build")
+    assert built["templateId"] == "js-template" and set(built["tags"]) == {"v1", "stable"}
+    logs = "\n".join(built["logs"])
+    assert "Uploaded 'hello.txt'" in logs and "Build finished" in logs, logs
+    assert ok(steps, "sandbox") == {
+        "step": "sandbox", "ok": True, "whoami": "user", "greeting": "hi from js",
+        "hello": "user 640\nhello from js", "built": "root\nmade\nuser", "started": "up"}
+    again = ok(steps, "rebuild")
+    logs = "\n".join(again["logs"])
+    assert again["exists"] and "Skipping upload of 'hello.txt'" in logs, logs
+    assert logs.count("(cached)") >= 7, logs
+    failed = ok(steps, "failing")["raised"]
+    assert failed["name"] == "BuildError" and "exit code 9" in failed["message"], failed
+    assert httpx.delete(f"{e2b_gateway.url}/templates/js-template", headers={
+        "X-API-KEY": e2b_gateway.keys["a"]}).status_code == 204
 
 
 def test_unsupported_calls_say_so(node_dir: Path, e2b_gateway: E2BGateway) -> None:

@@ -77,3 +77,28 @@ def test_a_pushed_recipe_template_keeps_its_user_and_commands() -> None:
     back = template_of("app", json.loads(entry(built, "registry.example/app:1")))
     assert (back.user, back.start_cmd, back.ready_cmd, back.parent) == (
         "user", "python3 -m http.server", "true", "base")
+
+
+@pytest.mark.parametrize(("ref", "registry"), [
+    ("python:3", "docker.io"), ("library/python", "docker.io"), ("e2bdev/base", "docker.io"),
+    ("ghcr.io/org/app:1.2", "ghcr.io"), ("127.0.0.2:5000/abx/tiny:latest", "127.0.0.2:5000"),
+    ("localhost/app", "localhost"), ("[::1]:5000/app", "[::1]:5000"),
+    ("app@sha256:" + "a" * 64, "docker.io"),
+    ("/etc/passwd", None), ("../x", None), ("./image.tar", None), ("Upper", None),
+    ("a b", None), ("", None), ("app:", None),
+])
+def test_the_registry_of_an_image_reference(ref: str, registry: str | None) -> None:
+    from agent_sandbox.core.recipe import image_registry
+
+    assert image_registry(ref) == registry
+
+
+def test_addresses_no_build_reaches_unless_opened() -> None:
+    from agent_sandbox.core.netrules import blocked_address
+
+    assert not blocked_address("93.184.216.34")
+    for address in ("127.0.0.2", "10.1.2.3", "169.254.169.254", "::1", "::ffff:10.0.0.1",
+                    "fd00::1", "not-an-address"):
+        assert blocked_address(address), address
+    assert not blocked_address("127.0.0.2", ["127.0.0.2/32"])
+    assert blocked_address("127.0.0.3", ["127.0.0.2/32"])

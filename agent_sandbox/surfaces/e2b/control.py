@@ -31,7 +31,8 @@ from agent_sandbox.core.secrets import MAX_SECRETS, SecretInfo
 from agent_sandbox.core.secrets import check_name as check_secret_name
 from agent_sandbox.core.spec import CreateSpec
 from agent_sandbox.core.states import SandboxState
-from agent_sandbox.surfaces.e2b import templates
+from agent_sandbox.surfaces.e2b import tags, templates
+from agent_sandbox.surfaces.e2b.catalog import tags_for
 from agent_sandbox.surfaces.e2b.tokens import AccessTokens
 from agent_sandbox.surfaces.http.auth import Principal, check_network, check_sandbox, principal
 from agent_sandbox.surfaces.http.errors import log
@@ -218,8 +219,11 @@ def _policy_of(net: NetworkConfig | None, internet: bool | None) -> netpolicy.Ne
 
 @router.post("/sandboxes", status_code=201)
 @router.post("/v2/sandboxes", status_code=201)
-def create(body: NewSandbox, state: State, tokens: Tokens, who: Caller) -> dict[str, Any]:
+def create(body: NewSandbox, state: State, tokens: Tokens, who: Caller, request: Request
+           ) -> dict[str, Any]:
     body.refuse_unsupported()
+    if ":" in body.template_id:  # E2B's name:tag
+        body.template_id = request.app.state.template_tags.resolve(state, who, body.template_id)
     policy = _policy(body)
     check_network(state, who, policy)
     secrets = secrets_of(body.network, state.provider.list_secrets(owner=who.owner)) \
@@ -545,6 +549,8 @@ def application(state: GatewayState, tokens: AccessTokens) -> FastAPI:
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None, max_body_size=MAX_BODY)
     app.state.gateway = state
     app.state.tokens = tokens
+    app.state.template_tags = tags_for(state)
+    app.include_router(tags.router)  # before /templates/{id}: tags is no template's id
     app.include_router(router)
     app.include_router(templates.router)  # E2B's template API (surfaces/e2b/templates.py)
 

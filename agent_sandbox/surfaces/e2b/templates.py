@@ -10,7 +10,6 @@ with them, as to a presigned bucket URL), streamed to a bounded file per key and
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 import os
@@ -36,6 +35,14 @@ from agent_sandbox.core.errors import (
 )
 from agent_sandbox.core.models import TemplateInfo
 from agent_sandbox.core.templates import BASE, CODE_INTERPRETER, NAME_PATTERN
+from agent_sandbox.surfaces.e2b.catalog import (
+    Tags,
+    check_tags,
+    e2b_time,
+    split_ref,
+    template,
+    visible,
+)
 from agent_sandbox.surfaces.http.auth import Principal, principal
 from agent_sandbox.surfaces.http.state import GatewayState
 from agent_sandbox.surfaces.rest.routes.templates import check_build_network
@@ -87,6 +94,7 @@ class Build:
     template: str
     build_id: str
     owner: str
+    tags: list[str] = field(default_factory=list)  # given with the request, kept once built
     secret: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     status: str = "waiting"  # waiting | building | ready | error
     logs: list[dict[str, Any]] = field(default_factory=list)
@@ -129,24 +137,8 @@ Caller = Annotated[Principal, Depends(principal)]
 BuildsDep = Annotated[Builds, Depends(_builds)]
 
 
-def _time(at: float) -> str:
-    return datetime.datetime.fromtimestamp(at, datetime.UTC).isoformat().replace("+00:00", "Z")
-
-
-def _visible(state: GatewayState, who: Principal) -> list[TemplateInfo]:
-    return [t for t in state.provider.list_templates()
-            if who.admin or t.owner in ("", who.owner)]
-
-
-def _template(state: GatewayState, who: Principal, name: str) -> TemplateInfo:
-    for info in _visible(state, who):
-        if info.name == name:
-            return info
-    raise NotFoundError(f"template {name!r} not found")
-
-
 def _e2b_template(info: TemplateInfo) -> dict[str, Any]:
-    at = _time(info.created_at)
+    at = e2b_time(info.created_at)
     return {"templateID": info.name, "buildID": info.name, "cpuCount": 1, "memoryMB": 1024,
             "diskSizeMB": 1024, "public": not info.owner, "aliases": [info.name],
             "names": [info.name], "createdAt": at, "updatedAt": at, "createdBy": None,
@@ -159,14 +151,15 @@ def _e2b_template(info: TemplateInfo) -> dict[str, Any]:
 @router.post("/v2/templates", status_code=202)
 def request_build(body: BuildRequest, state: State, who: Caller, builds: BuildsDep
                   ) -> dict[str, Any]:
-    name = (body.name or body.alias or "").split(":")[0]
+    name, tag = split_ref(body.name or body.alias or "")
+    tags = check_tags([*(body.tags or []), tag])
     if not _NAME.fullmatch(name):
         raise InvalidArgumentError(f"template name {name!r}: use 1-63 lowercase letters, "
                                    "digits, '.', '_' or '-'")
     for info in state.provider.list_templates():
         if info.name == name and not (info.owner == who.owner or (who.admin and not info.owner)):
             raise PermissionDeniedError(f"template {name!r} belongs to another tenant")
-    build = Build(template=name, build_id=str(uuid.uuid4()), owner=who.owner)
+    build = Build(template=name, build_id=str(uuid.uuid4()), owner=who.owner, tags=tags)
     with builds.lock:
         builds.by_id[build.build_id] = build
         if len(builds.by_id) > MAX_BUILDS_KEPT:
@@ -175,7 +168,7 @@ def request_build(body: BuildRequest, state: State, who: Caller, builds: BuildsD
                                                                 MAX_BUILDS_KEPT]:
                 del builds.by_id[old.build_id]
     return {"templateID": name, "buildID": build.build_id, "public": False, "names": [name],
-            "tags": body.tags or [], "aliases": [name]}
+            "tags": tags, "aliases": [name]}
 
 
 @router.get("/templates/{template_id}/files/{files_hash}", status_code=201)
@@ -231,12 +224,14 @@ async def upload_files(template_id: str, files_hash: str, request: Request,
 
 @router.post("/v2/templates/{template_id}/builds/{build_id}", status_code=202)
 def start_build(template_id: str, build_id: str, body: BuildStart, state: State,
-                who: Caller, builds: BuildsDep) -> Response:
+                who: Caller, builds: BuildsDep, request: Request) -> Response:
     build = builds.get(who, template_id, build_id)
     if build.status != "waiting":
         raise InvalidArgumentError(f"build {build_id} was started already")
     check_build_network(state, who)
-    recipe, hashes = to_recipe(body, state, who)
+    tags: Tags = request.app.state.template_tags
+    recipe, hashes = to_recipe(body, state, who, tags)
+    auth = registry_auth(body.from_image_registry)
     folder = builds.folder(who.owner)
     tars, total = [], 0
     for files_hash in dict.fromkeys(hashes):
@@ -249,17 +244,18 @@ def start_build(template_id: str, build_id: str, body: BuildStart, state: State,
                                          "in all")
         tars.append(path.read_bytes())
     build.status = "building"
-    threading.Thread(target=_run, args=(state, build, recipe, tars, bool(body.force)),
+    threading.Thread(target=_run, args=(state, build, recipe, tars, bool(body.force), auth,
+                                        tags),
                      name="abx-e2b-build", daemon=True).start()
     return Response(status_code=202)
 
 
 def _run(state: GatewayState, build: Build, recipe: str, tars: list[bytes],
-         force: bool) -> None:
+         force: bool, auth: tuple[str, str] | None, tags: Tags) -> None:
     def log(message: str, level: str = "info") -> None:
         if len(build.logs) >= MAX_LOG_KEPT and level != "error":
             return  # a RUN printing without end must not fill the gateway's memory
-        build.logs.append({"timestamp": _time(time.time()), "level": level,
+        build.logs.append({"timestamp": e2b_time(time.time()), "level": level,
                            "message": message[:MAX_LOG_LINE]})
 
     def event(e: dict[str, Any]) -> None:
@@ -273,8 +269,11 @@ def _run(state: GatewayState, build: Build, recipe: str, tars: list[bytes],
             log(f"Build finished in {e['seconds']:.1f} s")
 
     try:
-        state.provider.build_recipe(build.template, recipe, context_tar=tars,  # type: ignore[attr-defined]
-                                    on_event=event, owner=build.owner, force=force)
+        extra = {"registry_auth": auth} if auth else {}
+        info = state.provider.build_recipe(  # type: ignore[attr-defined]
+            build.template, recipe, context_tar=tars, on_event=event, owner=build.owner,
+            force=force, **extra)
+        tags.change(info, build.tags, build_id=build.build_id, new_build=True)
         build.status = "ready"
     except SandboxError as exc:
         build.reason = exc.message
@@ -301,14 +300,11 @@ def build_status(template_id: str, build_id: str, who: Caller, builds: BuildsDep
     return out
 
 
-def to_recipe(body: BuildStart, state: GatewayState, who: Principal
+def to_recipe(body: BuildStart, state: GatewayState, who: Principal, tags: Tags
               ) -> tuple[str, list[str]]:
     """E2B's template as a recipe, and the hashes of the files its copies need."""
-    if body.from_image_registry:
-        raise InvalidArgumentError("fromImageRegistry (registry credentials) is not supported "
-                                   "by this gateway: use a public image or a template")
     if body.from_template:
-        parent = _template(state, who, body.from_template).name
+        parent = tags.resolve(state, who, body.from_template)
     elif body.from_image:
         image = body.from_image
         parent = _E2B_IMAGES.get(image.split(":")[0], image)
@@ -353,10 +349,29 @@ def to_recipe(body: BuildStart, state: GatewayState, who: Principal
     return "\n".join(lines) + "\n", hashes
 
 
+def registry_auth(config: dict[str, Any] | None) -> tuple[str, str] | None:
+    """E2B's ``fromImageRegistry`` as (user, password): the ``registry`` kind (``from_image``
+    with credentials) is; AWS's and GCP's (cloud IAM exchanges) are refused."""
+    if not config:
+        return None
+    kind = config.get("type")
+    if kind == "registry":
+        user, password = config.get("username"), config.get("password")
+        if not (isinstance(user, str) and user and isinstance(password, str) and password) \
+                or len(user) + len(password) > 4096:
+            raise InvalidArgumentError("fromImageRegistry of type registry needs a username "
+                                       "and a password")
+        return user, password
+    raise InvalidArgumentError(f"fromImageRegistry of type {str(kind)[:40]!r} is not supported "
+                               "by this gateway (its cloud credential exchange is not "
+                               "implemented): use from_image with a username and password, "
+                               "or a template")
+
+
 # ---- templates and aliases ---------------------------------------------------------------
 @router.get("/templates")
 def list_templates(state: State, who: Caller) -> list[dict[str, Any]]:
-    return [_e2b_template(t) for t in _visible(state, who)]
+    return [_e2b_template(t) for t in visible(state, who)]
 
 
 @router.get("/templates/aliases/{alias}")
@@ -371,15 +386,15 @@ def alias(alias: str, state: State, who: Caller) -> dict[str, Any]:
 
 @router.get("/templates/{template_id}")
 def get_template(template_id: str, state: State, who: Caller) -> dict[str, Any]:
-    info = _template(state, who, template_id)
+    info = template(state, who, template_id)
     return {**_e2b_template(info), "builds": [
-        {"buildID": info.name, "status": "ready", "createdAt": _time(info.created_at),
-         "updatedAt": _time(info.created_at), "cpuCount": 1, "memoryMB": 1024}]}
+        {"buildID": info.name, "status": "ready", "createdAt": e2b_time(info.created_at),
+         "updatedAt": e2b_time(info.created_at), "cpuCount": 1, "memoryMB": 1024}]}
 
 
 # DELETE /templates/{id} is control.py's: a snapshot's id deletes the snapshot, else this.
 def delete_template(template_id: str, state: State, who: Caller) -> Response:
-    info = _template(state, who, template_id)
+    info = template(state, who, template_id)
     if info.owner != who.owner or (not info.owner and not who.admin):
         raise PermissionDeniedError(f"template {template_id!r} is not yours to delete")
     state.provider.remove_template(template_id)

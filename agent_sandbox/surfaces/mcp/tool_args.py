@@ -175,6 +175,10 @@ class ListSandboxesArgs(ToolArgs):
     state: Literal[VISIBLE] | None = Field(None, description="Only this state.")  # type: ignore[valid-type]
 
 
+class ListTemplatesArgs(ToolArgs):
+    """list_templates: no arguments."""
+
+
 class SandboxArgs(ToolArgs):
     """pause_sandbox, resume_sandbox, reset_rootfs, kill_sandbox."""
 

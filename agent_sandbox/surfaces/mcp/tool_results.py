@@ -102,7 +102,16 @@ CELL_ERROR = {
                    "value": _t("string", "its message"), "traceback": STR, **_ERROR_FIELDS},
 }
 
+TEMPLATE = obj({
+    "name": STR, "kind": _t("string", "base, code-interpreter, recipe, oci, dir..."),
+    "description": STR, "has_kernel": _t("boolean", "run_code works in its sandboxes"),
+    "workdir": STR, "default": _t("boolean", "the template create_sandbox uses without one")},
+    {"parent": _t("string", "the template a recipe template was built on"),
+     "layers": _t("integer", "a recipe template's own layers"),
+     "size_bytes": _t("integer", "their bytes"), "created_at": _t("number", "Unix time")})
+
 OUTPUT_SCHEMAS: dict[str, Schema] = {
+    "list_templates": result({"templates": {"type": "array", "items": TEMPLATE}}),
     "create_sandbox": result({"sandbox": SANDBOX,
                               "default": _t("boolean", "it became the session's default")}),
     "list_sandboxes": result({"sandboxes": {"type": "array", "items": SANDBOX}},

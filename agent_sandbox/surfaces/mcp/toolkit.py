@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_sandbox.core.errors import NotFoundError, RuntimeUnavailableError, WrongStateError
-from agent_sandbox.core.models import SandboxInfo
+from agent_sandbox.core.models import SandboxInfo, TemplateInfo
 from agent_sandbox.core.network import NetworkPolicy
 from agent_sandbox.core.network import parse as parse_policy
 from agent_sandbox.sdk import AsyncSandbox
@@ -107,12 +107,16 @@ def describe(info: SandboxInfo) -> str:
     return f"{info.sandbox_id} ({', '.join(flags)})"
 
 
-async def _built_templates() -> dict[str, bool]:
-    """The templates this host has now (name: has a kernel)."""
+async def built_templates() -> list[TemplateInfo]:
+    """The templates there are now (this host's, or those the gateway shows this key)."""
     from agent_sandbox.providers.select import default_provider
 
-    templates = await in_thread(default_provider().list_templates)
-    return {t.name: t.has_kernel for t in templates}
+    return await in_thread(default_provider().list_templates)
+
+
+async def _built_templates() -> dict[str, bool]:
+    """The templates there are now (name: has a kernel)."""
+    return {t.name: t.has_kernel for t in await built_templates()}
 
 
 async def default_template(ctx: CallContext, *, needs_kernel: bool = False) -> str:

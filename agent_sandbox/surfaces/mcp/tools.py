@@ -30,6 +30,7 @@ from agent_sandbox.surfaces.mcp.tool_args import (
     ExposePortArgs,
     KillSandboxArgs,
     ListSandboxesArgs,
+    ListTemplatesArgs,
     ProcessArgs,
     RunCodeArgs,
     RunCommandArgs,
@@ -41,6 +42,7 @@ from agent_sandbox.surfaces.mcp.toolkit import (
     CallContext,
     ToolOutput,
     ToolSpec,
+    built_templates,
     check_network,
     default_template,
     describe,
@@ -70,6 +72,28 @@ async def create_sandbox(ctx: CallContext, a: CreateSandboxArgs) -> ToolOutput:
     note = " It is now this session's default sandbox." if was_default else ""
     return ToolOutput(f"Created sandbox {describe(info)}.{note}",
                       {"sandbox": public_info(info), "default": was_default})
+
+
+async def list_templates(ctx: CallContext, a: ListTemplatesArgs) -> ToolOutput:
+    default = await default_template(ctx)
+    found = sorted(await built_templates(), key=lambda t: (t.name != default, t.name))
+    rows: list[dict[str, Any]] = []
+    lines = []
+    for t in found:
+        row = {"name": t.name, "kind": t.kind, "description": t.description,
+               "has_kernel": t.has_kernel, "workdir": t.workdir, "default": t.name == default}
+        if t.kind == "recipe":
+            row.update(parent=t.parent, layers=t.layers, size_bytes=t.size_bytes)
+        if t.created_at:
+            row["created_at"] = t.created_at
+        rows.append(row)
+        flags = [t.kind, *(["run_code works"] if t.has_kernel else []),
+                 *([f"built on {t.parent}"] if t.parent else []),
+                 *(["the default"] if t.name == default else [])]
+        lines.append(f"{t.name} ({', '.join(flags)})" + (f": {t.description}"
+                                                         if t.description else ""))
+    return ToolOutput("Templates (create_sandbox template=NAME):\n" + "\n".join(lines),
+                      {"templates": rows})
 
 
 async def list_sandboxes(ctx: CallContext, a: ListSandboxesArgs) -> ToolOutput:
@@ -276,7 +300,8 @@ CREATE_SANDBOX = ToolSpec(
     "Create a new isolated Linux sandbox (a container with a /workspace directory). The first "
     "sandbox a session creates becomes its default, used by every tool called without "
     "sandbox_id; you rarely need this tool, since the default sandbox is created on first use. "
-    "Use it for a second sandbox, a different template, network access, or one that must "
+    "Use it for a second sandbox, a different template (list_templates shows them, "
+    "those built from recipes included), network access, or one that must "
     "outlive this session (persistent). Returns the sandbox id and its settings. Network: "
     "sandboxes have none by default ('off': loopback only, so pip/npm/apt cannot download). "
     "network='registries' lets pip, npm and apt reach their package registries; a "
@@ -302,6 +327,13 @@ LIST_SANDBOXES = ToolSpec(
     "List the sandboxes this session can use (the ones it created plus persistent ones), "
     "with state (running/paused) and template. The default sandbox is marked with '*'.",
     ListSandboxesArgs, list_sandboxes, read_only=True)
+
+LIST_TEMPLATES = ToolSpec(
+    "list_templates",
+    "List the templates sandboxes can be created from (create_sandbox template=NAME): each "
+    "with its kind, description, whether run_code works in it (a kernel), the template a "
+    "recipe-built one was built on, and which is the default.",
+    ListTemplatesArgs, list_templates, read_only=True)
 
 RUN_CODE = ToolSpec(
     "run_code",
@@ -379,12 +411,13 @@ EXPOSE_PORT = ToolSpec(
     ExposePortArgs, expose_port)
 
 ALL_TOOLS: tuple[ToolSpec, ...] = (
-    CREATE_SANDBOX, LIST_SANDBOXES, RUN_CODE, RUN_COMMAND, PROCESS_OUTPUT, KILL_PROCESS,
-    READ_FILE, WRITE_FILE, LIST_FILES, SET_NETWORK, PAUSE_SANDBOX, RESUME_SANDBOX,
-    RESET_ROOTFS, EXPOSE_PORT, KILL_SANDBOX, LOCK_FILE, UNLOCK_FILE, SNAPSHOT_SANDBOX,
+    CREATE_SANDBOX, LIST_SANDBOXES, LIST_TEMPLATES, RUN_CODE, RUN_COMMAND, PROCESS_OUTPUT,
+    KILL_PROCESS, READ_FILE, WRITE_FILE, LIST_FILES, SET_NETWORK, PAUSE_SANDBOX,
+    RESUME_SANDBOX, RESET_ROOTFS, EXPOSE_PORT, KILL_SANDBOX, LOCK_FILE, UNLOCK_FILE,
+    SNAPSHOT_SANDBOX,
 )
 PRESETS: dict[str, tuple[str, ...]] = {
-    "read-only": ("list_sandboxes", "read_file", "list_files", "process_output"),
+    "read-only": ("list_sandboxes", "list_templates", "read_file", "list_files", "process_output"),
     "all": tuple(t.name for t in ALL_TOOLS),
 }
 

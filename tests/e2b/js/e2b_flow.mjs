@@ -3,7 +3,7 @@
 // E2B_SANDBOX_URL; docs/e2b.md). ABX_E2B_OTHER_KEY is a second tenant's key, passed the
 // way user code passes one (`{ apiKey }`).
 //
-// `node e2b_flow.mjs sdk|interpreter|unsupported` prints one JSON line per step:
+// `node e2b_flow.mjs sdk|interpreter|template|unsupported` prints one JSON line per step:
 // {"step": name, "ok": true, ...what it saw} or {"step": name, "ok": false, "error": {...}}.
 // A step that fails does not stop the next (each reports its own result); one that hangs
 // is cut off after its time limit.
@@ -280,9 +280,53 @@ async function unsupported() {
   }
 }
 
-const part = { sdk, interpreter, unsupported }[process.argv[2]]
+// Template() and Template.build: a copy from ABX_E2B_CONTEXT (its file uploaded by hash),
+// envs, workdir, a run as another user, the user, a start command with a ready check, tags;
+// then a sandbox of it, and the same build again (every step cached).
+async function template() {
+  const { Template, waitForFile } = await import('e2b')
+  const build = (logs) => Template.build(
+    Template({ fileContextPath: process.env.ABX_E2B_CONTEXT })
+      .fromBaseImage()
+      .copy('hello.txt', '/opt/js/', { user: 'user', mode: 0o640 })
+      .setEnvs({ JS_GREETING: 'hi from js' })
+      .setWorkdir('/opt/js')
+      .runCmd('id -un > built-by && echo made > made.txt')
+      .runCmd('id -un > /tmp/as-user', { user: 'user' })
+      .setUser('user')
+      .setStartCmd('echo up > /tmp/js-started && exec sleep 600', waitForFile('/tmp/js-started')),
+    'js-template:v1', { tags: ['stable'], onBuildLogs: (e) => logs.push(String(e.message)) })
+  await step('build', async () => {
+    const logs = []
+    const info = await build(logs)
+    return { templateId: info.templateId, tags: info.tags, logs }
+  }, 300_000)
+  await step('sandbox', async () => {
+    const sbx = await Sandbox.create('js-template:stable')
+    try {
+      const run = async (cmd) => (await sbx.commands.run(cmd, { cwd: '/opt/js' })).stdout.trim()
+      return {
+        whoami: await run('whoami'), greeting: await run('echo $JS_GREETING'),
+        hello: await run("stat -c '%U %a' hello.txt && cat hello.txt"),
+        built: await run('cat built-by made.txt /tmp/as-user'),
+        started: await run('cat /tmp/js-started'),
+      }
+    } finally {
+      await sbx.kill().catch(() => {})
+    }
+  })
+  await step('rebuild', async () => {
+    const logs = []
+    await build(logs)
+    return { logs, exists: await Template.exists('js-template') }
+  }, 300_000)
+  await step('failing', () => outcome(() => Template.build(
+    Template().fromTemplate('js-template').runCmd('exit 9'), 'js-broken')), 300_000)
+}
+
+const part = { sdk, interpreter, template, unsupported }[process.argv[2]]
 if (!part) {
-  console.error('usage: node e2b_flow.mjs sdk|interpreter|unsupported')
+  console.error('usage: node e2b_flow.mjs sdk|interpreter|template|unsupported')
   process.exit(2)
 }
 await part()

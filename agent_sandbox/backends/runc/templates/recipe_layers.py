@@ -19,8 +19,10 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
+import signal
 import stat
 import subprocess
 import time
@@ -51,6 +53,7 @@ from agent_sandbox.core.errors import (
     ResourceExhaustedError,
     WrongStateError,
 )
+from agent_sandbox.core.recipe import image_registry
 from agent_sandbox.core.templates import Layer, Template, validate_name
 
 LAYERS = ".layers"
@@ -180,28 +183,42 @@ class RecipeLayers:
             shutil.rmtree(where, ignore_errors=True)
 
     # FROM --------------------------------------------------------------------------------
-    def from_image(self, source: str, say: Callable[[str], None]) -> tuple[Template, str]:
-        """FROM an image archive or a registry reference (pulled with skopeo): its root
+    def from_image(self, source: str, say: Callable[[str], None], *,
+                   registry_only: bool = False, auth: tuple[str, str] | None = None
+                   ) -> tuple[Template, str]:
+        """FROM an image archive or a registry reference (pulled with skopeo; only that
+        when ``registry_only``, with ``auth`` = (user, password) if given): its root
         filesystem as a layer of ``/``, cached by the image's bytes."""
         path = Path(source)
         with self._private(".tmp-pull") as tmp:
-            if path.is_file():
+            if not registry_only and path.is_file():
                 archive = path
             else:
                 archive = Path(tmp) / "image.tar"
                 say(f"pulling {source} with skopeo")
-                try:
-                    proc = subprocess.run(["skopeo", "copy", "--quiet", f"docker://{source}",
-                                           f"oci-archive:{archive}"], capture_output=True,
-                                          text=True, timeout=1800)
-                except FileNotFoundError:
+                skopeo = shutil.which("skopeo")
+                if skopeo is None:
                     raise NotFoundError(f"FROM {source}: not a local template or image "
                                         "archive, and skopeo (to pull it) is not installed "
-                                        "(scripts/setup.sh installs it)") from None
+                                        "(scripts/setup.sh installs it)")
+                # No file it writes (the archive) grows past what a layer may hold.
+                args = ["prlimit", f"--fsize={self.max_layer_bytes}", "--", skopeo, "copy",
+                        "--quiet"]
+                if auth is not None:  # in a 0600 file, never on a command line
+                    args += ["--src-authfile", _authfile(Path(tmp), source, auth)]
+                else:  # not the host's own logins (a tenant's pull must not use them)
+                    args += ["--src-no-creds"] if registry_only else []
+                proc = subprocess.run([*args, f"docker://{source}", f"oci-archive:{archive}"],
+                                      capture_output=True, text=True, timeout=1800,
+                                      stdin=subprocess.DEVNULL)
+                if proc.returncode == -signal.SIGXFSZ or "file too large" in proc.stderr:
+                    raise ResourceExhaustedError(
+                        f"FROM {source}: the image is over {self.max_layer_bytes >> 20} MiB "
+                        "(ABX_BUILD_MAX_LAYER_MB)")
                 if proc.returncode != 0:
                     raise NotFoundError(f"FROM {source}: not a local template, not an image "
                                         f"archive, and pulling it failed: "
-                                        f"{proc.stderr.strip()[-500:]}")
+                                        f"{_skopeo_error(proc.stderr)}")
             key = digest_of("FROM", "image", oci_image.file_sha256(archive))
             if not self.has(key):
                 with self.making(key) as staging:
@@ -358,3 +375,25 @@ def _du(top: Path) -> int:
         for name in files:
             total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
     return total
+
+
+def _authfile(where: Path, source: str, auth: tuple[str, str]) -> str:
+    """A containers auth file (0600 from birth) holding ``auth`` for ``source``'s
+    registry."""
+    import base64
+
+    registry = image_registry(source) or source
+    user, password = auth
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    path = where / "auth.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump({"auths": {registry: {"auth": token}}}, out)
+    return str(path)
+
+
+def _skopeo_error(stderr: str) -> str:
+    """skopeo's reason, without its log framing (``time=... level=fatal msg="..."``)."""
+    text = stderr.strip()
+    found = re.search(r'msg="((?:[^"\\]|\\.)*)"', text)
+    return (found.group(1).replace('\\"', '"') if found else text)[-500:]
