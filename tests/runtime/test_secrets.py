@@ -66,7 +66,10 @@ def https(host, port, path, headers, cafile=None, tunnel=False):
             c = http.client.HTTPSConnection(host, port, context=ctx, timeout=10)
         c.request("GET", path, headers=headers)
         r = c.getresponse()
-        return [r.status, r.read().decode(errors="replace"), r.getheader("X-Echo"),
+        body = r.read()
+        if r.getheader("Content-Encoding") == "gzip":
+            body = __import__("gzip").decompress(body)
+        return [r.status, body.decode(errors="replace"), r.getheader("X-Echo"),
                 r.getheader("Location")]
     except Exception as e:
         return [type(e).__name__, str(e)[:300]]
@@ -168,8 +171,37 @@ def test_a_secret_reaches_its_host_and_nothing_else(world: dict[str, Any]) -> No
     # An upstream the proxy cannot verify never gets the secret.
     assert bad_tls[0] == 403 and "could not be verified" in bad_tls[1], bad_tls
     assert not any("never-sent-value" in json.dumps(s) for s in seen)
-    assert {s["path"] for s in seen if VALUE in json.dumps(s)} == {"/ok", "/tunnel", "/redirect",
-                                                                   "/ws"}
+    assert {s["path"] for s in seen if VALUE in json.dumps(s)} <= {
+        "/ok", "/tunnel", "/redirect", "/ws", "/gzip", "/chunked"}
+
+
+def test_an_echo_the_proxy_could_not_read_never_reaches_the_sandbox(
+        world: dict[str, Any]) -> None:
+    """A host's echo of the value that blanking could miss: compressed although asked not
+    to, split across chunks of a chunked body, in a WebSocket message compressed by an
+    extension the sandbox asked for."""
+    sb, port, seen = world["sb"], world["port"], world["seen"]
+    auth = {"Authorization": "Bearer abx-secret:gh"}
+    ws_head = (f"GET /ws HTTP/1.1\r\nHost: {SECRET_NAME}\r\nUpgrade: websocket\r\n"
+               "Connection: Upgrade\r\nSec-WebSocket-Key: ZGVmbGF0ZSBtZSBwbGVhc2U=\r\n"
+               "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Extensions: permessage-deflate\r\n"
+               "Authorization: Bearer abx-secret:gh\r\n\r\n")
+    calls = [["https", SECRET_NAME, port, "/gzip", auth],
+             ["https", SECRET_NAME, port, "/chunked", auth],
+             ["tls", SECRET_NAME, port, ws_head, ["http/1.1"]]]
+    sb.files.write("/tmp/secret_probe.py", _PROBE)
+    res = sb.commands.run("python3 /tmp/secret_probe.py", stdin=json.dumps(calls) + "\n",
+                          timeout=120)
+    assert res.exit_code == 0, res.stderr
+    compressed, chunked, ws = json.loads(res.stdout.strip().splitlines()[-1])
+    assert VALUE not in json.dumps([compressed, chunked, ws]), "a value reached the sandbox"
+    assert compressed[0] == 502 and "gzip" in compressed[1], compressed
+    blank = "*" * len(f"Bearer {VALUE}")
+    assert chunked[0] == 200 and blank in chunked[1], chunked
+    assert ws[1].startswith("HTTP/1.1 101") and "ws saw " + blank in ws[1], ws
+    asked = [s for s in seen if s["headers"].get("Sec-WebSocket-Key") ==
+             "ZGVmbGF0ZSBtZSBwbGVhc2U="]
+    assert asked and "Sec-WebSocket-Extensions" not in asked[0]["headers"], asked
 
 
 def test_the_value_is_nowhere_in_the_sandbox(world: dict[str, Any]) -> None:
