@@ -43,17 +43,19 @@ def check_name(name: Any) -> str:
 
 
 def check_value(value: Any) -> str:
-    """A value that can travel in a header or a query: no control characters (a CR/LF
-    would make it two headers), at most MAX_VALUE characters."""
+    """A value that can travel in a header or a query: printable ASCII (a CR/LF would
+    make it two headers; other characters have more forms an echo of them could take
+    than the proxy can blank out), at most MAX_VALUE characters."""
     if not isinstance(value, str) or len(value) < MIN_VALUE:
         raise InvalidArgumentError(f"a secret's value must be a string of at least {MIN_VALUE} "
                                    "characters (shorter ones could not be told apart from "
                                    "other text when an answer echoing one is blanked out)")
     if len(value) > MAX_VALUE:
         raise InvalidArgumentError(f"a secret's value is at most {MAX_VALUE} characters")
-    if any(ord(c) < 0x20 or ord(c) == 0x7f for c in value):
-        raise InvalidArgumentError("a secret's value may not hold control characters (a "
-                                   "newline at its end is stripped when read from a file)")
+    if any(not " " <= c <= "~" for c in value):
+        raise InvalidArgumentError("a secret's value is printable ASCII: no control "
+                                   "characters (a newline at its end is stripped when read "
+                                   "from a file) and no other characters")
     return value
 
 

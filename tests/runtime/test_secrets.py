@@ -26,6 +26,7 @@ pytestmark = pytest.mark.integration
 
 VALUE = "ghp_Sup3rSecretValue_0123456789"
 KEY_VALUE = "k3y/with spaces&more"
+QUOTED_VALUE = 'q"uoted\\back/slash<&>'  # what JSON and HTML escape
 
 
 @pytest.fixture(scope="module")
@@ -36,17 +37,19 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                                                                                  ca_pem):
         port, other_port = ports  # the secret's port, and another port of the same host
         # This host's engine, through the SDK (its secrets are this user's own).
-        for name in ("gh", "key", "tlsbad"):
+        for name in ("gh", "key", "tlsbad", "quoted"):
             if name in {s.name for s in Secret.list()}:
                 Secret.delete(name)
         Secret.create("gh", hosts=[f"{SECRET_NAME}:{port}"], env="GH_TOKEN", value=VALUE)
         Secret.create("key", hosts=[f"{SECRET_NAME}:{port}"], query="key", value=KEY_VALUE)
+        Secret.create("quoted", hosts=[f"{SECRET_NAME}:{port}"], header="X-Api-Key",
+                      value=QUOTED_VALUE)
         # A secret host whose real certificate the proxy cannot verify (tls.test is
         # self-signed): its secret is never sent.
         Secret.create("tlsbad", hosts=[f"{TLS_NAME}:{net['tls_port']}"],
                       value="never-sent-value")
         sb = Sandbox.create(network=[SECRET_NAME, TLS_NAME, HTTP_NAME],
-                            secrets=["gh", "key", "tlsbad"])
+                            secrets=["gh", "key", "tlsbad", "quoted"])
         sb.files.write("/tmp/upstream-ca.pem", ca_pem)
         try:
             yield {"sb": sb, "port": port, "other_port": other_port, "seen": seen, "net": net}
@@ -179,7 +182,7 @@ def test_an_echo_the_proxy_could_not_read_never_reaches_the_sandbox(
         world: dict[str, Any]) -> None:
     """A host's echo of the value that blanking could miss: compressed although asked not
     to, split across chunks of a chunked body, in a WebSocket message compressed by an
-    extension the sandbox asked for."""
+    extension the sandbox asked for, escaped in JSON."""
     sb, port, seen = world["sb"], world["port"], world["seen"]
     auth = {"Authorization": "Bearer abx-secret:gh"}
     ws_head = (f"GET /ws HTTP/1.1\r\nHost: {SECRET_NAME}\r\nUpgrade: websocket\r\n"
@@ -188,13 +191,22 @@ def test_an_echo_the_proxy_could_not_read_never_reaches_the_sandbox(
                "Authorization: Bearer abx-secret:gh\r\n\r\n")
     calls = [["https", SECRET_NAME, port, "/gzip", auth],
              ["https", SECRET_NAME, port, "/chunked", auth],
-             ["tls", SECRET_NAME, port, ws_head, ["http/1.1"]]]
+             ["tls", SECRET_NAME, port, ws_head, ["http/1.1"]],
+             ["https", SECRET_NAME, port, "/escaped", {"X-Api-Key": "abx-secret:quoted"}]]
     sb.files.write("/tmp/secret_probe.py", _PROBE)
     res = sb.commands.run("python3 /tmp/secret_probe.py", stdin=json.dumps(calls) + "\n",
                           timeout=120)
     assert res.exit_code == 0, res.stderr
-    compressed, chunked, ws = json.loads(res.stdout.strip().splitlines()[-1])
+    compressed, chunked, ws, escaped = json.loads(res.stdout.strip().splitlines()[-1])
     assert VALUE not in json.dumps([compressed, chunked, ws]), "a value reached the sandbox"
+    # The echo is JSON: the value's quote, backslash (and, as some encoders do, slash and
+    # HTML's characters) escaped.
+    assert escaped[0] == 200, escaped
+    for form in (QUOTED_VALUE, json.dumps(QUOTED_VALUE)[1:-1],
+                 json.dumps(QUOTED_VALUE)[1:-1].replace("/", "\\/")):
+        assert form not in escaped[1], escaped
+    assert [s for s in seen if s["path"] == "/escaped"][0]["headers"]["X-Api-Key"] == \
+        QUOTED_VALUE
     assert compressed[0] == 502 and "gzip" in compressed[1], compressed
     blank = "*" * len(f"Bearer {VALUE}")
     assert chunked[0] == 200 and blank in chunked[1], chunked

@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import html
+import json
 import re
 import socket
 import ssl
@@ -81,14 +83,23 @@ class Secrets:
         return self._client
 
     def variants(self) -> list[bytes]:
-        """Every form of every value a response could echo: as is, URL-quoted, and the
-        base64 of basic auth."""
-        out: set[bytes] = set()
+        """Every form of every value a response could echo: as is and as the formatted
+        header, each also escaped as in a JSON string (its slashes too, as some encoders
+        do) and in HTML; URL-quoted (either case of hex, spaces as + too); the base64 of
+        basic auth."""
+        out: set[str] = set()
         for rule in self.rules:
-            value = rule["value"].encode()
-            out |= {value, urllib.parse.quote(rule["value"], safe="").encode(),
-                    base64.b64encode(value), rule["format"].replace("{}", rule["value"]).encode()}
-        return sorted((v for v in out if len(v) >= 8), key=len, reverse=True)  # MIN_VALUE
+            value = rule["value"]
+            quoted = urllib.parse.quote(value, safe="")
+            out |= {quoted, re.sub(r"%[0-9A-F]{2}", lambda m: m.group().lower(), quoted),
+                    urllib.parse.quote_plus(value, safe=""),
+                    base64.b64encode(value.encode()).decode()}
+            for text in (value, rule["format"].replace("{}", value)):
+                escaped = json.dumps(text)[1:-1]
+                out |= {text, escaped, escaped.replace("/", "\\/"), html.escape(text),
+                        html.escape(text, quote=False)}
+        return sorted((v.encode() for v in out if len(v) >= 8), key=len,  # MIN_VALUE
+                      reverse=True)
 
     def describe(self, name: str) -> str:
         for rule in self.rules:
