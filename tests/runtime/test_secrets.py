@@ -257,3 +257,41 @@ def test_secrets_are_never_logged_or_returned(world: dict[str, Any]) -> None:
     store = Path(engine.config.data_dir) / "secrets"
     for path in store.rglob("*.json"):
         assert path.stat().st_mode & 0o777 == 0o600, path
+
+
+def test_smuggling_the_value_elsewhere_is_refused(world: dict[str, Any]) -> None:
+    """Requests on a secret host's connection that another reader could take for one to
+    another host, or that would carry the placeholder elsewhere: refused before the value
+    is put in; an interim answer (100 Continue) is relayed, the final one blanked."""
+    sb, port, seen = world["sb"], world["port"], world["seen"]
+    auth = "Authorization: Bearer abx-secret:gh\r\n"
+    host = f"Host: {SECRET_NAME}\r\n"
+    heads = [
+        f"GET https://{TLS_NAME}/ HTTP/1.1\r\n{host}{auth}\r\n",        # absolute, other host
+        f"GET / HTTP/1.1\r\n{host}Host: {TLS_NAME}\r\n{auth}\r\n",      # two Hosts
+        f"GET / HTTP/1.1\r\nHost: {TLS_NAME}\r\n{auth}\r\n",            # Host is not SNI
+        f"GET / HTTP/1.1\r\n{host}X-A: b\r\n {auth}\r\n",               # obs-fold
+        f"GET / HTTP/1.1\r\n{host}X-A: b\n{auth}\r\n",                   # bare LF
+        f"GET / HTTP/1.1\r\n{host}X-A: b\r{auth}\r\n",                   # bare CR
+        f"GET / HTTP/1.1\r\n{host}Authorization : Bearer abx-secret:gh\r\n\r\n",
+        f"GET / HTTP/1.1\r\n{host}X-Long: {'a' * 20000}\r\n{auth}\r\n",  # oversized
+    ]
+    expect = (f"POST /continue HTTP/1.1\r\n{host.upper()}{auth}Expect: 100-continue\r\n"
+              "Content-Length: 2\r\n\r\nhi")
+    calls = [["tls", SECRET_NAME, port, h, ["http/1.1"]] for h in heads]
+    calls.append(["tls", SECRET_NAME, port, expect, ["http/1.1"]])
+    sb.files.write("/tmp/secret_probe.py", _PROBE)
+    res = sb.commands.run("python3 /tmp/secret_probe.py", stdin=json.dumps(calls) + "\n",
+                          timeout=120)
+    assert res.exit_code == 0, res.stderr
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert VALUE not in json.dumps(out), "a value reached the sandbox"
+    *refused, continued = out
+    for i, answer in enumerate(refused):
+        assert answer[1].startswith("HTTP/1.1 403 Forbidden by sandbox secret rules"), \
+            (i, answer)
+    assert continued[1].startswith("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200"), continued
+    assert "*" * len(f"Bearer {VALUE}") in continued[1], continued
+    # Only the request that named its host one way got the value.
+    assert [s["path"] for s in seen if VALUE in json.dumps(s) and s["path"] in
+            ("/", "/continue")] == ["/continue"]
