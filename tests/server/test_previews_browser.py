@@ -237,12 +237,19 @@ def test_wrong_revoked_and_foreign_links_are_refused(gw: Gateway, browser: Any,
         opened = http.get(f"/share/{token}")
         assert opened.status_code == 303 and "HttpOnly" in opened.headers["set-cookie"]
         assert http.get(f"/s/{share.share_id}/").status_code == 200
+        # Another page on the gateway's origin (path) or domain (host) can plant a cookie
+        # of the same name beside the link's (script can, though not overwrite it): the
+        # link's own still admits, by path and by host.
+        planted = {"Cookie": f"abx_share={token}; abx_share=planted-by-another-page"}
+        assert http.get(f"/s/{share.share_id}/", headers=planted).status_code == 200
+        assert http.get("/", headers={"Host": f"{PORT}-{app}.{DOMAIN}:{gw.proc.port}", **planted}
+                        ).status_code == 200
         # B's sandbox: A's cookie opens nothing of it, by path or by host.
         other = b.create().sandbox_id
         try:
             b_share = b.share_port(other, PORT)
             assert http.get(f"/s/{b_share.share_id}/").status_code == 401
-            by_host = http.get("/", headers={"Host": f"{PORT}-{other}.{DOMAIN}:1",
+            by_host = http.get("/", headers={"Host": f"{PORT}-{other}.{DOMAIN}:{gw.proc.port}",
                                              "Cookie": f"abx_share={token}"})
             assert by_host.status_code == 401
         finally:

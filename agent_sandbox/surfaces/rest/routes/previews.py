@@ -35,7 +35,6 @@ from collections.abc import (
     MutableMapping,
 )
 from dataclasses import dataclass, field
-from http.cookies import CookieError, SimpleCookie
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -55,6 +54,7 @@ from agent_sandbox.surfaces.rest.routes.ports import exposed, forward, relay_web
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}/shares", tags=["ports"])
 browser = APIRouter(include_in_schema=False)
 COOKIE = "abx_share"
+MAX_TOKENS = 8  # abx_share cookies of one request tried as the link's
 HOST_SHARE_PATH = "/__abx/share/"
 HOST_SCOPE_KEY = "abx.preview_host"  # an ASGI scope key: no client can set it
 _NOT_FOUND = "This preview link is not valid: it was revoked, it expired, or its sandbox " \
@@ -217,12 +217,17 @@ def _cookie_allowed(set_cookie: str, prefix: str | None) -> bool:
     return prefix is None or all(p == prefix or p.startswith(prefix + "/") for p in paths)
 
 
-def _token(header: str | None) -> str | None:
-    try:
-        jar = SimpleCookie(header or "")
-    except CookieError:
-        return None
-    return jar[COOKIE].value if COOKIE in jar else None
+def _tokens(header: str | None) -> list[str]:
+    """Every ``abx_share`` value of a Cookie header (at most MAX_TOKENS): a page on the
+    same origin or domain can plant one of that name beside the link's own (script
+    cannot overwrite an HttpOnly cookie, but can shadow it), so no single one is taken
+    for the link's."""
+    out = []
+    for part in (header or "").split(";"):
+        name, eq, value = part.strip().partition("=")
+        if eq and name.strip() == COOKIE and (value := value.strip().strip('"')):
+            out.append(value)
+    return list(dict.fromkeys(out))[:MAX_TOKENS]
 
 
 async def _alive(state: GatewayState, shown: Previews, share: PortShare) -> bool:
@@ -249,8 +254,10 @@ async def open_share(token: str, request: Request, state: State,
 
 async def _admitted(state: GatewayState, shown: Previews, share_id: str,
                     cookie_header: str | None) -> PortShare | Response:
-    share = await anyio.to_thread.run_sync(shown.store.admit, share_id,
-                                           _token(cookie_header))
+    share = None
+    for token in _tokens(cookie_header) or [None]:
+        if share := await anyio.to_thread.run_sync(shown.store.admit, share_id, token):
+            break
     if share is None:  # a live link without its cookie, or no such link
         try:
             await anyio.to_thread.run_sync(shown.store.get, share_id)
@@ -362,10 +369,14 @@ class PreviewHosts:
             return await self.app(scope, receive, send)
         port, sandbox_id = int(match.group(1)), match.group(2)
         path: str = scope.get("path", "/")
-        token = path[len(HOST_SHARE_PATH):] if path.startswith(HOST_SHARE_PATH) else \
-            _token(headers.get(b"cookie", b"").decode("latin-1"))
+        tokens = [path[len(HOST_SHARE_PATH):]] if path.startswith(HOST_SHARE_PATH) else \
+            _tokens(headers.get(b"cookie", b"").decode("latin-1"))
         store = self.shown.store
-        share = await anyio.to_thread.run_sync(store.by_token, token) if token else None
+        share = token = None
+        for token in tokens:
+            share = await anyio.to_thread.run_sync(store.by_token, token) if token else None
+            if share is not None and (share.sandbox_id, share.port) == (sandbox_id, port):
+                break
         if share is None or (share.sandbox_id, share.port) != (sandbox_id, port):
             share = await anyio.to_thread.run_sync(store.public_for, sandbox_id, port)
         if share is None or (share.sandbox_id, share.port) != (sandbox_id, port):
