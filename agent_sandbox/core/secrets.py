@@ -103,7 +103,10 @@ class SecretRule(BaseModel):
         clean = []
         for given in hosts:
             host = given.strip().lower().rstrip(".") if isinstance(given, str) else ""
-            if not _HOST.match(host) or not 0 < split_host(host)[1] < 65536:
+            # A name whose last label is a number is an address (1.2.3.4, 127.1,
+            # 2130706433), which resolvers and TLS read differently: never a secret's host.
+            if not _HOST.match(host) or split_host(host)[0].rsplit(".", 1)[-1].isdigit() \
+                    or not 0 < split_host(host)[1] < 65536:
                 raise InvalidArgumentError(f"secret {name}: host {str(given)[:80]!r} is not a host "
                                            "name (a wildcard, URL or address is not taken)")
             clean.append(host)
