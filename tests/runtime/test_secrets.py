@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from netprobe import (
     HTTP_NAME,
+    SECRET_ADDR,
     SECRET_NAME,
     TLS_NAME,
     internet,
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.integration
 VALUE = "ghp_Sup3rSecretValue_0123456789"
 KEY_VALUE = "k3y/with spaces&more"
 QUOTED_VALUE = 'q"uoted\\back/slash<&>'  # what JSON and HTML escape
+INJECT_VALUE = "inj_On3veryRequest_0123"
 
 
 @pytest.fixture(scope="module")
@@ -37,19 +39,21 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                                                                                  ca_pem):
         port, other_port = ports  # the secret's port, and another port of the same host
         # This host's engine, through the SDK (its secrets are this user's own).
-        for name in ("gh", "key", "tlsbad", "quoted"):
+        for name in ("gh", "key", "tlsbad", "quoted", "inj"):
             if name in {s.name for s in Secret.list()}:
                 Secret.delete(name)
         Secret.create("gh", hosts=[f"{SECRET_NAME}:{port}"], env="GH_TOKEN", value=VALUE)
         Secret.create("key", hosts=[f"{SECRET_NAME}:{port}"], query="key", value=KEY_VALUE)
         Secret.create("quoted", hosts=[f"{SECRET_NAME}:{port}"], header="X-Api-Key",
                       value=QUOTED_VALUE)
+        Secret.create("inj", hosts=[f"{SECRET_NAME}:{port}"], header="X-Inject-Key",
+                      inject=True, value=INJECT_VALUE)
         # A secret host whose real certificate the proxy cannot verify (tls.test is
         # self-signed): its secret is never sent.
         Secret.create("tlsbad", hosts=[f"{TLS_NAME}:{net['tls_port']}"],
                       value="never-sent-value")
         sb = Sandbox.create(network=[SECRET_NAME, TLS_NAME, HTTP_NAME],
-                            secrets=["gh", "key", "tlsbad", "quoted"])
+                            secrets=["gh", "key", "tlsbad", "quoted", "inj"])
         sb.files.write("/tmp/upstream-ca.pem", ca_pem)
         try:
             yield {"sb": sb, "port": port, "other_port": other_port, "seen": seen, "net": net}
@@ -98,6 +102,15 @@ def tls(host, port, first, alpn):
                         break
                     out += chunk
                 return [t.selected_alpn_protocol(), out.decode(errors="replace")[:600]]
+    except Exception as e:
+        return [type(e).__name__, str(e)[:300]]
+def sni(addr, port, name, first):
+    try:
+        ctx = ssl._create_unverified_context()
+        with socket.create_connection((addr, port), timeout=10) as s:
+            with ctx.wrap_socket(s, server_hostname=name) as t:
+                t.sendall(first.encode())
+                return [t.recv(4096).decode(errors="replace")[:600]]
     except Exception as e:
         return [type(e).__name__, str(e)[:300]]
 calls = json.loads(sys.stdin.readline())
@@ -279,6 +292,13 @@ def test_smuggling_the_value_elsewhere_is_refused(world: dict[str, Any]) -> None
     expect = (f"POST /continue HTTP/1.1\r\n{host.upper()}{auth}Expect: 100-continue\r\n"
               "Content-Length: 2\r\n\r\nhi")
     calls = [["tls", SECRET_NAME, port, h, ["http/1.1"]] for h in heads]
+    # The inject secret (set on every request to its host): on a connection by number
+    # with its host's SNI, or to its host's name with another SNI: refused; SNI in upper
+    # case with a trailing dot is its host.
+    inj = f"GET /inj HTTP/1.1\r\n{host}\r\n"
+    calls += [["sni", SECRET_ADDR, port, SECRET_NAME, inj],
+              ["sni", SECRET_NAME, port, TLS_NAME, inj],
+              ["sni", SECRET_NAME, port, SECRET_NAME.upper() + ".", inj]]
     calls.append(["tls", SECRET_NAME, port, expect, ["http/1.1"]])
     sb.files.write("/tmp/secret_probe.py", _PROBE)
     res = sb.commands.run("python3 /tmp/secret_probe.py", stdin=json.dumps(calls) + "\n",
@@ -286,7 +306,13 @@ def test_smuggling_the_value_elsewhere_is_refused(world: dict[str, Any]) -> None
     assert res.exit_code == 0, res.stderr
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert VALUE not in json.dumps(out), "a value reached the sandbox"
-    *refused, continued = out
+    *refused, by_number, other_sni, upper, continued = out
+    assert INJECT_VALUE not in json.dumps(out), "a value reached the sandbox"
+    for refused_tls in (by_number, other_sni):  # refused or reset, never answered
+        assert refused_tls[0].endswith("Error"), refused_tls
+    assert upper[0].startswith("HTTP/1.1 200"), upper
+    assert [s["headers"].get("X-Inject-Key") for s in seen if s["path"] == "/inj"] == \
+        [INJECT_VALUE]
     for i, answer in enumerate(refused):
         assert answer[1].startswith("HTTP/1.1 403 Forbidden by sandbox secret rules"), \
             (i, answer)
