@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import datetime
 import fcntl
+import gzip
 import hashlib
 import http.server
 import json
@@ -20,6 +21,7 @@ import ssl
 import subprocess
 import textwrap
 import threading
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -269,7 +271,9 @@ def _ca_and_leaf(tmp: Path) -> tuple[Path, Path, str]:
 class _Echo(http.server.BaseHTTPRequestHandler):
     """Says back what it was sent (body and an X-Echo header), records it, redirects
     /redirect to tls.test, and answers a WebSocket upgrade on /ws with one text frame
-    echoing the Authorization header."""
+    echoing the Authorization header. Hostile echoes: /gzip compressed whatever was
+    asked, /chunked in two chunks split inside the header's value, and a WebSocket that
+    asked for permessage-deflate gets its frame compressed."""
 
     protocol_version = "HTTP/1.1"
 
@@ -288,23 +292,42 @@ class _Echo(http.server.BaseHTTPRequestHandler):
             accept = base64.b64encode(hashlib.sha1(
                 self.headers["Sec-WebSocket-Key"].encode() +
                 b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest()).decode()
+            deflate = "permessage-deflate" in self.headers.get("Sec-WebSocket-Extensions", "")
             self.send_response(101)
             self.send_header("Upgrade", "websocket")
             self.send_header("Connection", "Upgrade")
             self.send_header("Sec-WebSocket-Accept", accept)
+            if deflate:  # asked for: compressed messages (RFC 7692)
+                self.send_header("Sec-WebSocket-Extensions", "permessage-deflate")
             self.end_headers()
             text = f"ws saw {auth}".encode()
-            self.wfile.write(bytes([0x81, len(text)]) + text)
+            if deflate:
+                packer = zlib.compressobj(wbits=-15)
+                text = (packer.compress(text) + packer.flush(zlib.Z_SYNC_FLUSH))[:-4]
+            self.wfile.write(bytes([0xc1 if deflate else 0x81, len(text)]) + text)
             self.wfile.flush()
             self.close_connection = True
             return
         body = json.dumps(seen).encode()
+        if self.path == "/chunked":  # the echo in two chunks, split inside the value
+            half = body.index(auth.encode()) + len(auth) // 2
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for part in (body[:half], body[half:], b""):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            return
         self.send_response(200)
+        if self.path == "/gzip":  # compressed whatever the request accepts
+            body = gzip.compress(body)
+            self.send_header("Content-Encoding", "gzip")
         self.send_header("X-Echo", auth)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    do_POST = do_GET  # noqa: N815 - the stdlib's name; Expect: 100-continue is answered
 
     def log_message(self, *args: Any) -> None:
         pass

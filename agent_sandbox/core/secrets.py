@@ -43,17 +43,19 @@ def check_name(name: Any) -> str:
 
 
 def check_value(value: Any) -> str:
-    """A value that can travel in a header or a query: no control characters (a CR/LF
-    would make it two headers), at most MAX_VALUE characters."""
+    """A value that can travel in a header or a query: printable ASCII (a CR/LF would
+    make it two headers; other characters have more forms an echo of them could take
+    than the proxy can blank out), at most MAX_VALUE characters."""
     if not isinstance(value, str) or len(value) < MIN_VALUE:
         raise InvalidArgumentError(f"a secret's value must be a string of at least {MIN_VALUE} "
                                    "characters (shorter ones could not be told apart from "
                                    "other text when an answer echoing one is blanked out)")
     if len(value) > MAX_VALUE:
         raise InvalidArgumentError(f"a secret's value is at most {MAX_VALUE} characters")
-    if any(ord(c) < 0x20 or ord(c) == 0x7f for c in value):
-        raise InvalidArgumentError("a secret's value may not hold control characters (a "
-                                   "newline at its end is stripped when read from a file)")
+    if any(not " " <= c <= "~" for c in value):
+        raise InvalidArgumentError("a secret's value is printable ASCII: no control "
+                                   "characters (a newline at its end is stripped when read "
+                                   "from a file) and no other characters")
     return value
 
 
@@ -101,7 +103,10 @@ class SecretRule(BaseModel):
         clean = []
         for given in hosts:
             host = given.strip().lower().rstrip(".") if isinstance(given, str) else ""
-            if not _HOST.match(host) or not 0 < split_host(host)[1] < 65536:
+            # A name whose last label is a number is an address (1.2.3.4, 127.1,
+            # 2130706433), which resolvers and TLS read differently: never a secret's host.
+            if not _HOST.match(host) or split_host(host)[0].rsplit(".", 1)[-1].isdigit() \
+                    or not 0 < split_host(host)[1] < 65536:
                 raise InvalidArgumentError(f"secret {name}: host {str(given)[:80]!r} is not a host "
                                            "name (a wildcard, URL or address is not taken)")
             clean.append(host)

@@ -19,6 +19,7 @@ import httpx2 as httpx
 import pytest
 from _gw import Gateway
 from conftest import KEYS
+from websockets.exceptions import InvalidStatus
 
 from agent_sandbox import Sandbox
 from agent_sandbox.core.errors import NotFoundError, PermissionDeniedError
@@ -237,12 +238,32 @@ def test_wrong_revoked_and_foreign_links_are_refused(gw: Gateway, browser: Any,
         opened = http.get(f"/share/{token}")
         assert opened.status_code == 303 and "HttpOnly" in opened.headers["set-cookie"]
         assert http.get(f"/s/{share.share_id}/").status_code == 200
+        # Another page on the gateway's origin (path) or domain (host) can plant a cookie
+        # of the same name beside the link's (script can, though not overwrite it): the
+        # link's own still admits, by path and by host.
+        planted = {"Cookie": f"abx_share={token}; abx_share=planted-by-another-page"}
+        assert http.get(f"/s/{share.share_id}/", headers=planted).status_code == 200
+        assert http.get("/", headers={"Host": f"{PORT}-{app}.{DOMAIN}:{gw.proc.port}", **planted}
+                        ).status_code == 200
+        # A page of another sandbox's preview is of the same site (the preview domain):
+        # the browser sends this link's SameSite=Lax cookie along with what it makes the
+        # browser ask of this host. Refused, a WebSocket too (no CORS guards one); this
+        # host's own pages and its sandbox's other ports are not.
+        here = f"{PORT}-{app}.{DOMAIN}:{gw.proc.port}"
+        foreign = f"http://{PORT}-sbx-0123456789.{DOMAIN}:{gw.proc.port}"
+        mine = {"Host": here, "Cookie": f"abx_share={token}"}
+        assert http.post("/submit", headers={**mine, "Origin": foreign}).status_code == 403
+        for origin in (f"http://{here}", f"http://3000-{app}.{DOMAIN}:{gw.proc.port}"):
+            assert http.get("/", headers={**mine, "Origin": origin}).status_code == 200
+        _websocket_by_host(gw, here, mine["Cookie"], f"http://{here}")  # opens
+        with pytest.raises(InvalidStatus):
+            _websocket_by_host(gw, here, mine["Cookie"], foreign)
         # B's sandbox: A's cookie opens nothing of it, by path or by host.
         other = b.create().sandbox_id
         try:
             b_share = b.share_port(other, PORT)
             assert http.get(f"/s/{b_share.share_id}/").status_code == 401
-            by_host = http.get("/", headers={"Host": f"{PORT}-{other}.{DOMAIN}:1",
+            by_host = http.get("/", headers={"Host": f"{PORT}-{other}.{DOMAIN}:{gw.proc.port}",
                                              "Cookie": f"abx_share={token}"})
             assert by_host.status_code == 401
         finally:
@@ -251,6 +272,19 @@ def test_wrong_revoked_and_foreign_links_are_refused(gw: Gateway, browser: Any,
         assert http.get(f"/s/{share.share_id}/").status_code == 404
     browser.get(f"{gw.url}/share/{token}")
     assert "not valid" in browser.page_source
+
+
+def _websocket_by_host(gw: Gateway, host: str, cookie: str, origin: str) -> None:
+    """A WebSocket to the app's /ws on preview host ``host``, from a page of ``origin``."""
+    import socket
+
+    from websockets.sync.client import connect
+
+    sock = socket.create_connection(("127.0.0.1", gw.proc.port), timeout=30)
+    with connect(f"ws://{host}/ws", sock=sock, origin=origin,  # type: ignore[arg-type]
+                 additional_headers={"Cookie": cookie}, open_timeout=30) as ws:
+        ws.send("hijack?")
+        assert ws.recv(timeout=30) == "hijack?"
 
 
 @contextlib.contextmanager

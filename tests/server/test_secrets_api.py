@@ -50,6 +50,10 @@ def test_a_value_goes_in_and_never_comes_out(gw: Gateway) -> None:
         bad = http.post("/v1/secrets", json={"name": "x", "hosts": ["a.com"],
                                              "value": "value-123\r\nX: y"})
         assert bad.status_code == 400 and "control characters" in bad.text
+        # Only printable ASCII: a header's bytes, with no encodings an echo could hide in.
+        bad = http.post("/v1/secrets", json={"name": "x", "hosts": ["a.com"],
+                                             "value": "valu\u00e9-123"})
+        assert bad.status_code == 400 and "printable ASCII" in bad.text
         bad = http.post("/v1/secrets", json={"name": "x", "hosts": ["a.com"],
                                              "value": "value-123",
                                              "header": "Host"})

@@ -74,6 +74,15 @@ def test_material_has_a_ca_only_for_the_secret_hosts(tmp_path: Path) -> None:
     assert store.material("sbx-abc") is None and not bundle.exists()
 
 
+def test_a_secret_host_is_a_name_never_an_address() -> None:
+    for given in ("1.2.3.4", "127.1", "2130706433", "0x7f.1:443", "*.example.com",
+                  "https://a.com/"):
+        with pytest.raises(InvalidArgumentError, match="is not a host name"):
+            SecretRule(name="x", hosts=[given])
+    assert SecretRule(name="x", hosts=["API.Example.com.", "3com.example:8443"]).hosts == (
+        "api.example.com", "3com.example:8443")
+
+
 def test_an_inject_rule_and_what_an_e2b_transform_may_name() -> None:
     rule = SecretRule(name="gh", hosts=["api.github.com", "git.example.com:8443"],
                       inject=True)

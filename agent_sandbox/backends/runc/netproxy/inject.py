@@ -3,7 +3,8 @@ the sandbox's TLS (with the sandbox's own CA), reads the request head, puts the 
 where the secret's rule says (one header, or one query parameter) in place of the
 placeholder (an ``inject`` rule: its header on every request, placeholder or not),
 re-originates TLS to the real host (verified as usual) and relays; what the host answers
-is relayed with every form of the value blanked out (same length, so the framing holds).
+is relayed with every form of the value blanked out (same length, so the framing holds; a
+chunked body de-chunked to be read; an encoded one, which could not be read, refused).
 A placeholder anywhere a rule does not put it, or on a request to any other host the proxy
 can read, is refused with a 403 naming the rule. One request per connection
 (``Connection: close``): the next is read and decided afresh; a WebSocket upgrade keeps
@@ -14,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import html
+import json
 import re
 import socket
 import ssl
@@ -35,8 +38,12 @@ if TYPE_CHECKING:
 PREFIX = b"abx-secret:"
 _PREFIX_RE = re.compile(rb"abx-secret:([a-z0-9_-]{0,63})", re.IGNORECASE)
 HANDSHAKE_DEADLINE = 10.0
+# Hop headers, and what would let the answer come encoded (a compressed body or WebSocket
+# messages) where blanking could not see the value.
 _DROPPED = {b"connection", b"keep-alive", b"proxy-connection", b"accept-encoding",
-            b"upgrade", b"te", b"http2-settings"}
+            b"upgrade", b"te", b"http2-settings", b"sec-websocket-extensions"}
+MAX_ANSWER_HEAD = 64 * 1024  # an answer's head, a chunk's size line, its trailers
+_CHUNK_SIZE = re.compile(rb"^[0-9A-Fa-f]{1,15}$")
 
 
 def rule_hosts(rule: dict[str, Any]) -> set[tuple[str, int]]:
@@ -76,14 +83,23 @@ class Secrets:
         return self._client
 
     def variants(self) -> list[bytes]:
-        """Every form of every value a response could echo: as is, URL-quoted, and the
-        base64 of basic auth."""
-        out: set[bytes] = set()
+        """Every form of every value a response could echo: as is and as the formatted
+        header, each also escaped as in a JSON string (its slashes too, as some encoders
+        do) and in HTML; URL-quoted (either case of hex, spaces as + too); the base64 of
+        basic auth."""
+        out: set[str] = set()
         for rule in self.rules:
-            value = rule["value"].encode()
-            out |= {value, urllib.parse.quote(rule["value"], safe="").encode(),
-                    base64.b64encode(value), rule["format"].replace("{}", rule["value"]).encode()}
-        return sorted((v for v in out if len(v) >= 8), key=len, reverse=True)  # MIN_VALUE
+            value = rule["value"]
+            quoted = urllib.parse.quote(value, safe="")
+            out |= {quoted, re.sub(r"%[0-9A-F]{2}", lambda m: m.group().lower(), quoted),
+                    urllib.parse.quote_plus(value, safe=""),
+                    base64.b64encode(value.encode()).decode()}
+            for text in (value, rule["format"].replace("{}", value)):
+                escaped = json.dumps(text)[1:-1]
+                out |= {text, escaped, escaped.replace("/", "\\/"), html.escape(text),
+                        html.escape(text, quote=False)}
+        return sorted((v.encode() for v in out if len(v) >= 8), key=len,  # MIN_VALUE
+                      reverse=True)
 
     def describe(self, name: str) -> str:
         for rule in self.rules:
@@ -190,6 +206,10 @@ class Redactor:
         out, self.pending = self.pending, b""
         return out
 
+    def blank(self, buf: bytes) -> bytes:
+        """``buf`` (a whole piece: a head) with every variant blanked out, nothing held."""
+        return self._blank(buf)
+
     def _blank(self, buf: bytes) -> bytes:
         for v in self.variants:
             if v in buf:
@@ -209,12 +229,12 @@ async def _read_head(stream: TlsStream) -> tuple[bytes, bytes] | None:
     return data[:end + 4], data[end + 4:]
 
 
-async def _refuse(stream: TlsStream, why: str) -> None:
+async def _refuse(stream: TlsStream, why: str, status: bytes = b"403 Forbidden") -> None:
     body = f"abx: refused by the sandbox's secret rules: {why}\n".encode()
     reason = "".join(c if " " <= c <= "~" else "?" for c in why)[:300].encode()
-    await stream.sendall(b"HTTP/1.1 403 Forbidden by sandbox secret rules: %s\r\n"
+    await stream.sendall(b"HTTP/1.1 %s by sandbox secret rules: %s\r\n"
                          b"Content-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"
-                         b"Content-Length: %d\r\n\r\n%s" % (reason, len(body), body))
+                         b"Content-Length: %d\r\n\r\n%s" % (status, reason, len(body), body))
     await stream.close_write()
 
 
@@ -251,26 +271,129 @@ async def terminate(proxy: TcpProxy, conn: socket.socket, first: bytes, name: st
         reset(up)
         await _refuse(client, f"the TLS connection to {name} could not be verified or made")
         return conn.close()
-    await _relay(client, server, Redactor(secrets.variants()))
+    answer = _Answer(server, client, Redactor(secrets.variants()), name,
+                     head.split(b" ", 1)[0] == b"HEAD")
+    await _relay(client, server, answer)
 
 
-async def _pump(src: TlsStream, dst: TlsStream, redactor: Redactor | None) -> None:
+async def _pump(src: TlsStream, dst: TlsStream) -> None:
     while True:
         data = await asyncio.wait_for(src.recv(), IDLE_TIMEOUT)
         if not data:
-            if redactor is not None and (tail := redactor.end()):
+            await dst.close_write()
+            return
+        await dst.sendall(data)
+
+
+class _Answer:
+    """The host's answer on its way to the sandbox, every form of the value blanked out:
+    its heads whole (1xx ones, then the final one), a chunked body de-chunked so that the
+    value split across chunks is seen (and chunked again), the rest as it comes. An answer
+    whose body blanking could not read (a Content-Encoding, a transfer coding other than
+    chunked, a WebSocket extension) is refused with a 502: it is never relayed."""
+
+    def __init__(self, server: TlsStream, client: TlsStream, redactor: Redactor, name: str,
+                 head_request: bool) -> None:
+        self.server, self.client, self.redactor = server, client, redactor
+        self.name, self.head_request = name, head_request
+        self.buf = b""
+
+    async def _more(self) -> bool:
+        data = await asyncio.wait_for(self.server.recv(), IDLE_TIMEOUT)
+        self.buf += data
+        return bool(data)
+
+    async def _until(self, marker: bytes) -> bytes:
+        """The bytes up to and with ``marker`` (at most MAX_ANSWER_HEAD of them)."""
+        while (end := self.buf.find(marker)) < 0:
+            if len(self.buf) > MAX_ANSWER_HEAD or not await self._more():
+                raise ConnectionResetError(f"the answer of {self.name} is cut or too long")
+        out, self.buf = self.buf[:end + len(marker)], self.buf[end + len(marker):]
+        return out
+
+    async def run(self) -> None:
+        while True:
+            if not self.buf and not await self._more():
+                return await self.client.close_write()
+            head = await self._until(b"\r\n\r\n")
+            status, fields = _answer_head(head)
+            encoded = [v for v in fields.get(b"content-encoding", []) if v != b"identity"] + \
+                [v for v in fields.get(b"transfer-encoding", []) if v != b"chunked"] + \
+                fields.get(b"sec-websocket-extensions", [])
+            if encoded:
+                return await _refuse(self.client, f"the answer of {self.name} is encoded "
+                                     f"({b', '.join(encoded).decode(errors='replace')}), "
+                                     "which would hide a secret's value from blanking",
+                                     b"502 Bad Gateway")
+            await self.client.sendall(self.redactor.blank(head))
+            if not (100 <= status < 200 and status != 101):
+                break
+        if b"chunked" in fields.get(b"transfer-encoding", []) and status not in (204, 304) \
+                and not self.head_request:
+            await self._dechunk()
+        else:
+            if self.buf:
+                await self.client.sendall(self.redactor.feed(self.buf))
+            await _pump_blanked(self.server, self.client, self.redactor)
+            return
+        await self.client.close_write()
+
+    async def _dechunk(self) -> None:
+        while True:
+            line = (await self._until(b"\r\n"))[:-2].split(b";", 1)[0].strip()
+            if not _CHUNK_SIZE.match(line):
+                raise ConnectionResetError(f"the answer of {self.name} is badly chunked")
+            size = int(line, 16)
+            if size == 0:
+                break
+            while size:
+                if not self.buf and not await self._more():
+                    raise ConnectionResetError(f"the answer of {self.name} is cut")
+                piece, self.buf = self.buf[:size], self.buf[size:]
+                size -= len(piece)
+                await self._chunk(self.redactor.feed(piece))
+            if await self._until(b"\r\n") != b"\r\n":
+                raise ConnectionResetError(f"the answer of {self.name} is badly chunked")
+        await self._chunk(self.redactor.end())
+        trailers = b""
+        while (line := await self._until(b"\r\n")) != b"\r\n":
+            trailers += line
+        await self.client.sendall(b"0\r\n" + self.redactor.blank(trailers) + b"\r\n")
+
+    async def _chunk(self, data: bytes) -> None:
+        if data:
+            await self.client.sendall(b"%x\r\n%s\r\n" % (len(data), data))
+
+
+def _answer_head(head: bytes) -> tuple[int, dict[bytes, list[bytes]]]:
+    """An answer head's status and its fields' comma-separated values (lower case)."""
+    lines = head[:-4].split(b"\r\n")
+    parts = lines[0].split(b" ", 2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+        raise ConnectionResetError("the answer is not HTTP/1.x")
+    fields: dict[bytes, list[bytes]] = {}
+    for line in lines[1:]:
+        field, _, value = line.partition(b":")
+        fields.setdefault(field.strip().lower(), []).extend(
+            v.strip().lower() for v in value.split(b",") if v.strip())
+    return int(parts[1]), fields
+
+
+async def _pump_blanked(src: TlsStream, dst: TlsStream, redactor: Redactor) -> None:
+    while True:
+        data = await asyncio.wait_for(src.recv(), IDLE_TIMEOUT)
+        if not data:
+            if tail := redactor.end():
                 await dst.sendall(tail)
             await dst.close_write()
             return
-        if redactor is not None:
-            data = redactor.feed(data)
-        if data:
+        if data := redactor.feed(data):
             await dst.sendall(data)
 
 
-async def _relay(client: TlsStream, server: TlsStream, redactor: Redactor) -> None:
-    pumps = [asyncio.ensure_future(_pump(client, server, None)),
-             asyncio.ensure_future(_pump(server, client, redactor))]
+async def _relay(client: TlsStream, server: TlsStream, answer: _Answer) -> None:
+    pumps = [asyncio.ensure_future(_pump(client, server)),
+             asyncio.ensure_future(answer.run())]
     try:
         done, _ = await asyncio.wait(pumps, return_when=asyncio.FIRST_EXCEPTION)
     finally:

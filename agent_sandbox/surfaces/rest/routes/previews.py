@@ -35,7 +35,6 @@ from collections.abc import (
     MutableMapping,
 )
 from dataclasses import dataclass, field
-from http.cookies import CookieError, SimpleCookie
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -55,12 +54,14 @@ from agent_sandbox.surfaces.rest.routes.ports import exposed, forward, relay_web
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}/shares", tags=["ports"])
 browser = APIRouter(include_in_schema=False)
 COOKIE = "abx_share"
+MAX_TOKENS = 8  # abx_share cookies of one request tried as the link's
 HOST_SHARE_PATH = "/__abx/share/"
 HOST_SCOPE_KEY = "abx.preview_host"  # an ASGI scope key: no client can set it
 _NOT_FOUND = "This preview link is not valid: it was revoked, it expired, or its sandbox " \
              "is gone. Ask for a new one.\n"
 _NO_COOKIE = "This preview needs its link: open the share link you were given (it signs " \
              "this browser in for this port).\n"
+_OTHER_SANDBOX = "A page of another sandbox's preview may not use this preview's link.\n"
 
 
 _TOKEN_PATH = re.compile(r"(/share/|/__abx/share/)[A-Za-z0-9_-]+")
@@ -119,6 +120,17 @@ class Previews:
             return None
         netloc = urlsplit(self.preview_url).netloc.lower()
         return re.compile(rf"^(\d{{1,5}})-(sbx-[a-z0-9]{{10}})\.{re.escape(netloc)}$")
+
+    def from_other_sandbox(self, origin: str | None, sandbox_id: str) -> bool:
+        """Whether ``origin`` (a request's Origin header) is a page of another sandbox's
+        host-routed preview: of the same site as every preview (and maybe the gateway),
+        so the browser sends a link's SameSite=Lax cookie along with what such a page
+        makes it ask (a fetch, a form POST, a WebSocket, which no CORS guards)."""
+        pattern = self.host_pattern
+        if pattern is None or not origin:
+            return False
+        seen = pattern.match(urlsplit(origin.strip().lower()).netloc)
+        return seen is not None and seen.group(2) != sandbox_id
 
     def link(self, base: str, share: PortShare, token: str | None) -> str:
         if self.preview_url:
@@ -217,12 +229,17 @@ def _cookie_allowed(set_cookie: str, prefix: str | None) -> bool:
     return prefix is None or all(p == prefix or p.startswith(prefix + "/") for p in paths)
 
 
-def _token(header: str | None) -> str | None:
-    try:
-        jar = SimpleCookie(header or "")
-    except CookieError:
-        return None
-    return jar[COOKIE].value if COOKIE in jar else None
+def _tokens(header: str | None) -> list[str]:
+    """Every ``abx_share`` value of a Cookie header (at most MAX_TOKENS): a page on the
+    same origin or domain can plant one of that name beside the link's own (script
+    cannot overwrite an HttpOnly cookie, but can shadow it), so no single one is taken
+    for the link's."""
+    out = []
+    for part in (header or "").split(";"):
+        name, eq, value = part.strip().partition("=")
+        if eq and name.strip() == COOKIE and (value := value.strip().strip('"')):
+            out.append(value)
+    return list(dict.fromkeys(out))[:MAX_TOKENS]
 
 
 async def _alive(state: GatewayState, shown: Previews, share: PortShare) -> bool:
@@ -248,9 +265,11 @@ async def open_share(token: str, request: Request, state: State,
 
 
 async def _admitted(state: GatewayState, shown: Previews, share_id: str,
-                    cookie_header: str | None) -> PortShare | Response:
-    share = await anyio.to_thread.run_sync(shown.store.admit, share_id,
-                                           _token(cookie_header))
+                    cookie_header: str | None, origin: str | None) -> PortShare | Response:
+    share = None
+    for token in _tokens(cookie_header) or [None]:
+        if share := await anyio.to_thread.run_sync(shown.store.admit, share_id, token):
+            break
     if share is None:  # a live link without its cookie, or no such link
         try:
             await anyio.to_thread.run_sync(shown.store.get, share_id)
@@ -259,6 +278,8 @@ async def _admitted(state: GatewayState, shown: Previews, share_id: str,
         return _refused(401, _NO_COOKIE)
     if not await _alive(state, shown, share):
         return _refused(404, _NOT_FOUND)
+    if shown.from_other_sandbox(origin, share.sandbox_id):
+        return _refused(403, _OTHER_SANDBOX)
     return share
 
 
@@ -271,7 +292,8 @@ async def share_home(share_id: str) -> Response:
                    methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
 async def share_http(share_id: str, path: str, request: Request, state: State,
                      shown: PreviewState) -> Response:
-    found = await _admitted(state, shown, share_id, request.headers.get("cookie"))
+    found = await _admitted(state, shown, share_id, request.headers.get("cookie"),
+                            request.headers.get("origin"))
     if isinstance(found, Response):
         return found
     by_host = request.scope.get(HOST_SCOPE_KEY, False)
@@ -293,7 +315,8 @@ async def share_http(share_id: str, path: str, request: Request, state: State,
 async def share_websocket(websocket: WebSocket, share_id: str, path: str) -> None:
     state: GatewayState = websocket.app.state.gateway
     shown: Previews = websocket.app.state.previews
-    found = await _admitted(state, shown, share_id, websocket.headers.get("cookie"))
+    found = await _admitted(state, shown, share_id, websocket.headers.get("cookie"),
+                            websocket.headers.get("origin"))
     if isinstance(found, Response):
         await websocket.close(code=4000 + found.status_code, reason="share link refused")
         return
@@ -361,11 +384,18 @@ class PreviewHosts:
         if match is None or any(h in headers for h in _E2B_TOKENS):
             return await self.app(scope, receive, send)
         port, sandbox_id = int(match.group(1)), match.group(2)
+        if self.shown.from_other_sandbox(headers.get(b"origin", b"").decode("latin-1"),
+                                         sandbox_id):
+            return await self._refuse(scope, receive, send, _OTHER_SANDBOX, 403)
         path: str = scope.get("path", "/")
-        token = path[len(HOST_SHARE_PATH):] if path.startswith(HOST_SHARE_PATH) else \
-            _token(headers.get(b"cookie", b"").decode("latin-1"))
+        tokens = [path[len(HOST_SHARE_PATH):]] if path.startswith(HOST_SHARE_PATH) else \
+            _tokens(headers.get(b"cookie", b"").decode("latin-1"))
         store = self.shown.store
-        share = await anyio.to_thread.run_sync(store.by_token, token) if token else None
+        share = token = None
+        for token in tokens:
+            share = await anyio.to_thread.run_sync(store.by_token, token) if token else None
+            if share is not None and (share.sandbox_id, share.port) == (sandbox_id, port):
+                break
         if share is None or (share.sandbox_id, share.port) != (sandbox_id, port):
             share = await anyio.to_thread.run_sync(store.public_for, sandbox_id, port)
         if share is None or (share.sandbox_id, share.port) != (sandbox_id, port):
@@ -386,8 +416,10 @@ class PreviewHosts:
                  + [(b"host", b"abx-preview.invalid")]}
         await self.app(inner, receive, send)
 
-    async def _refuse(self, scope: Scope, receive: Any, send: Any, text: str) -> None:
+    async def _refuse(self, scope: Scope, receive: Any, send: Any, text: str,
+                      status: int = 401) -> None:
         if scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": 4401, "reason": "share link refused"})
+            await send({"type": "websocket.close", "code": 4000 + status,
+                        "reason": "share link refused"})
             return
-        await _refused(401, text)(scope, receive, send)
+        await _refused(status, text)(scope, receive, send)
