@@ -99,13 +99,13 @@ class Provider(Protocol):
                args: list[str] | None = None) -> CommandResult: ...
 
     # code interpreter (templates with a kernel, such as code-interpreter-v1)
-    def run_code(self, sandbox_id: str, code: str, language: str = "python",
+    def run_code(self, sandbox_id: str, code: str, language: str | None = None,
                  timeout: float | None = 60, context: str | CodeContext | None = None,
                  on_stdout: OutputCallback | None = None,
                  on_stderr: OutputCallback | None = None,
                  on_result: ResultCallback | None = None) -> Execution: ...
     def create_code_context(self, sandbox_id: str, cwd: str | None = None,
-                            language: str = "python", user: str | None = None
+                            language: str | None = None, user: str | None = None
                             ) -> CodeContext: ...
     def restart_code_context(self, sandbox_id: str,
                              context: str | CodeContext | None = None) -> None: ...

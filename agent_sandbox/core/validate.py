@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from agent_sandbox.core import code_languages
 from agent_sandbox.core.bounds import MAX_LOCK_TOKEN, MAX_LOCK_TTL, MAX_LOCK_WAIT, MAX_VERSION
 from agent_sandbox.core.errors import InvalidArgumentError
 from agent_sandbox.core.models import CodeContext
@@ -27,7 +28,7 @@ _SNAPSHOT_ID = re.compile(SNAPSHOT_ID_PATTERN)
 SNAPSHOT_NAME_PATTERN = r"^[^\x00-\x1f\x7f]{0,64}$"
 _SNAPSHOT_NAME = re.compile(SNAPSHOT_NAME_PATTERN)
 _CODE_CONTEXT = re.compile(CODE_CONTEXT_PATTERN)
-DEFAULT_CONTEXT = "default"
+DEFAULT_CONTEXT = code_languages.DEFAULT_CONTEXT
 
 
 def sandbox_id(value: Any) -> str:
@@ -68,11 +69,7 @@ def code_context(value: Any) -> str:
     return value
 
 
-def code_language(language: Any) -> str:
-    if language not in ("python", "python3"):
-        raise InvalidArgumentError(f"language {language!r} is not supported; the code "
-                                   "interpreter runs python")
-    return str(language)
+code_language = code_languages.code_language
 
 
 def path(value: Any, what: str = "path") -> str:

@@ -56,7 +56,17 @@ def read_requests(requests: "queue.Queue[Dict[str, Any]]") -> None:
     os._exit(0)
 
 
+def address(info: Dict[str, Any], port: str) -> str:
+    """A socket's ZeroMQ address: ``ipc`` files (ipykernel), or TCP on the sandbox's own
+    loopback (a kernel that binds no ``ipc`` socket, such as Deno's)."""
+    if info.get("transport") == "tcp":
+        return f"tcp://{info['ip']}:{int(info[port])}"
+    return f"ipc://{info['ip']}-{info[port]}"
+
+
 def wait_sockets(info: Dict[str, Any], deadline: float) -> None:
+    if info.get("transport") == "tcp":
+        return  # connects retry until the kernel listens; wait_ready sees it answer
     paths = [f"{info['ip']}-{info[port]}" for port in _PORTS]
     while True:
         try:
@@ -82,10 +92,10 @@ class Kernel:
         self.session = uuid.uuid4().hex
         self.ctx = zmq.Context()
         self.shell = self.ctx.socket(zmq.DEALER)
-        self.shell.connect(f"ipc://{info['ip']}-{info['shell_port']}")
+        self.shell.connect(address(info, "shell_port"))
         self.iopub = self.ctx.socket(zmq.SUB)
         self.iopub.setsockopt(zmq.SUBSCRIBE, b"")
-        self.iopub.connect(f"ipc://{info['ip']}-{info['iopub_port']}")
+        self.iopub.connect(address(info, "iopub_port"))
 
     def _sign(self, parts: List[bytes]) -> bytes:
         mac = hmac.new(self.key, digestmod=hashlib.sha256)
@@ -142,7 +152,7 @@ def wait_ready(kernel: Kernel, deadline: float) -> None:
     raise TimeoutError("the kernel did not answer in time")
 
 
-def run_cell(kernel: Kernel, cell: int, code: str) -> None:
+def run_cell(kernel: Kernel, cell: int, code: str, settle: bool) -> None:
     kernel.drain(kernel.shell)  # replies of earlier cells
     msg_id = kernel.request("execute_request", {
         "code": code, "silent": False, "store_history": True, "user_expressions": {},
@@ -151,25 +161,51 @@ def run_cell(kernel: Kernel, cell: int, code: str) -> None:
         msg = kernel.recv(kernel.iopub, 1.0)
         if msg is None or msg["parent_header"].get("msg_id") != msg_id:
             continue
-        kind, content = msg["msg_type"], msg["content"]
-        if kind == "status":
-            if content.get("execution_state") == "idle":
+        if msg["msg_type"] == "status":
+            if msg["content"].get("execution_state") == "idle":
+                if settle:
+                    settle_cell(kernel, cell, msg_id)
                 emit({"id": cell, "t": "idle"})
                 return
-        elif kind == "stream":
-            emit({"id": cell, "t": "stream", "name": content.get("name"),
-                  "text": content.get("text", "")})
-        elif kind in ("execute_result", "display_data"):
-            emit({"id": cell, "t": "result", "data": content.get("data", {}),
-                  "main": kind == "execute_result"})
-        elif kind == "execute_input":
-            emit({"id": cell, "t": "count", "n": content.get("execution_count")})
-        elif kind == "error":
-            emit({"id": cell, "t": "error", "ename": content.get("ename", ""),
-                  "evalue": content.get("evalue", ""),
-                  "traceback": content.get("traceback", [])})
-        elif kind == "clear_output":
-            emit({"id": cell, "t": "clear"})
+        else:
+            forward(cell, msg)
+
+
+def settle_cell(kernel: Kernel, cell: int, msg_id: str) -> None:
+    """What a kernel publishes for a cell after saying it is idle (Deno's sends the value
+    of a cell's last expression late): a kernel_info round trip, whose own idle comes
+    after the output of the cell before it."""
+    probe = kernel.request("kernel_info_request", {})
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        msg = kernel.recv(kernel.iopub, 0.1)
+        if msg is None:
+            continue
+        parent = msg["parent_header"].get("msg_id")
+        if parent == msg_id and msg["msg_type"] != "status":
+            forward(cell, msg)
+        elif (parent == probe and msg["msg_type"] == "status"
+              and msg["content"].get("execution_state") == "idle"):
+            return
+
+
+def forward(cell: int, msg: Dict[str, Any]) -> None:
+    """One of a cell's messages from iopub as the host's event."""
+    kind, content = msg["msg_type"], msg["content"]
+    if kind == "stream":
+        emit({"id": cell, "t": "stream", "name": content.get("name"),
+              "text": content.get("text", "")})
+    elif kind in ("execute_result", "display_data"):
+        emit({"id": cell, "t": "result", "data": content.get("data", {}),
+              "main": kind == "execute_result"})
+    elif kind == "execute_input":
+        emit({"id": cell, "t": "count", "n": content.get("execution_count")})
+    elif kind == "error":
+        emit({"id": cell, "t": "error", "ename": content.get("ename", ""),
+              "evalue": content.get("evalue", ""),
+              "traceback": content.get("traceback", [])})
+    elif kind == "clear_output":
+        emit({"id": cell, "t": "clear"})
 
 
 def main() -> None:
@@ -190,7 +226,7 @@ def main() -> None:
     while True:
         req = requests.get()
         if req.get("op") == "execute":
-            run_cell(kernel, req["id"], req["code"])
+            run_cell(kernel, req["id"], req["code"], info.get("transport") == "tcp")
 
 
 if __name__ == "__main__":

@@ -288,7 +288,7 @@ class RemoteProvider:
         return CommandResult(**self._call("POST", url, json={"args": args}, replayable=False))
 
     # code interpreter -------------------------------------------------------------------
-    def run_code(self, sandbox_id: str, code: str, language: str = "python",
+    def run_code(self, sandbox_id: str, code: str, language: str | None = None,
                  timeout: float | None = 60, context: str | CodeContext | None = None,
                  on_stdout: OutputCallback | None = None,
                  on_stderr: OutputCallback | None = None,
@@ -318,7 +318,7 @@ class RemoteProvider:
         return summary
 
     def create_code_context(self, sandbox_id: str, cwd: str | None = None,
-                            language: str = "python", user: str | None = None
+                            language: str | None = None, user: str | None = None
                             ) -> CodeContext:
         body = {"cwd": cwd, "language": language, **_user_field(user)}
         return CodeContext(**self._call("POST", self._sb(sandbox_id, "/code/contexts"),

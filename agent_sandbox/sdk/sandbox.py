@@ -215,13 +215,15 @@ class Sandbox:
         ``abx volume rm <id>``); ``Volume.list()`` shows the kept ones."""
         self._provider.kill(self.sandbox_id, delete_volume=delete_volume)
 
-    def run_code(self, code: str, language: str = "python", timeout: float | None = 60,
+    def run_code(self, code: str, language: str | None = None, timeout: float | None = 60,
                  context: CodeContext | str | None = None,
                  on_stdout: Callable[[str], None] | None = None,
                  on_stderr: Callable[[str], None] | None = None,
                  on_result: Callable[[Result], None] | None = None) -> Execution:
         """Run code in a stateful Jupyter kernel (templates with a kernel, such as
-        ``code-interpreter-v1``): variables persist between calls; ``results`` holds
+        ``code-interpreter-v1``): variables persist between calls. ``language``: python
+        (default), javascript, typescript, bash or r (``core/code_languages.py``), each
+        with a default context of its own; or give ``context``. ``results`` holds
         display items with their formats, the last expression's value marked
         ``is_main_result``; ``error`` holds an exception raised by the code. A cell
         running past ``timeout`` seconds is interrupted (the variables are kept).
@@ -231,7 +233,7 @@ class Sandbox:
                                  context=context, on_stdout=on_stdout, on_stderr=on_stderr,
                                  on_result=on_result)
 
-    def create_code_context(self, cwd: str | None = None, language: str = "python",
+    def create_code_context(self, cwd: str | None = None, language: str | None = None,
                             user: str | None = None) -> CodeContext:
         """A new interpreter with its own variables; pass it as ``run_code(context=)``.
         ``user``: an account of the sandbox its kernel runs as (``"user"``, uid 1000,

@@ -133,13 +133,14 @@ class GuestOps(GuestAccess):
         return self.run(sandbox_id, cmd, **kw)
 
     # code interpreter -------------------------------------------------------------------
-    def run_code(self, sandbox_id: str, code: str, language: str = "python",
+    def run_code(self, sandbox_id: str, code: str, language: str | None = None,
                  timeout: float | None = 60, context: str | CodeContext | None = None,
                  on_stdout: OutputCallback | None = None,
                  on_stderr: OutputCallback | None = None,
                  on_result: Callable[[Result], None] | None = None) -> Execution:
-        """Run a cell in the context's Jupyter kernel (``default`` unless given); the
-        kernel starts on first use and keeps its variables between calls."""
+        """Run a cell in the context's Jupyter kernel (the language's default context
+        unless one is given); the kernel starts on first use and keeps its variables
+        between calls."""
         ctx = context.id if isinstance(context, CodeContext) else context
         with self.activity.busy(sandbox_id):
             return self.code.run_code(
@@ -147,7 +148,7 @@ class GuestOps(GuestAccess):
                 on_stdout=on_stdout, on_stderr=on_stderr, on_result=on_result)
 
     def create_code_context(self, sandbox_id: str, cwd: str | None = None,
-                            language: str = "python", user: str | None = None
+                            language: str | None = None, user: str | None = None
                             ) -> CodeContext:
         """A new, independent interpreter in the sandbox (its own kernel), run as ``user``
         (an account of the sandbox) if given."""

@@ -180,8 +180,9 @@ def test_async_sdk(ci: object, e2b_env: E2BGateway) -> None:
 def test_unsupported_language(ci: object) -> None:
     from e2b import SandboxException
 
-    with pytest.raises(SandboxException, match="400.*'r' is not supported.*python"):
-        ci.run_code("1", language="r")
+    with pytest.raises(SandboxException, match="400.*'java' is not supported.*python, "
+                       "javascript, typescript, bash"):
+        ci.run_code("1", language="java")
     assert ci.run_code("1 + 1", language="Python").text == "2"
 
 

@@ -168,6 +168,14 @@ def test_code_contexts(interpreter: Steps) -> None:
                     "afterRestart": "False", "removed": True}
 
 
+def test_run_code_typescript(interpreter: Steps) -> None:
+    """A non-Python language through the JS SDK: Deno's kernel keeps state across cells,
+    raises with E2B's error fields, and displays HTML."""
+    seen = ok(interpreter, "typescript")
+    assert seen == {**seen, "text": "42", "error": None, "errName": "TypeError",
+                    "errValue": "bad 20", "html": "<b>20</b>"}, seen
+
+
 def test_the_template_builder_builds_and_a_sandbox_runs_it(
         node_dir: Path, e2b_gateway: E2BGateway, tmp_path: Path) -> None:
     """``Template()`` and ``Template.build`` of the JS SDK: its copy uploaded by hash, its

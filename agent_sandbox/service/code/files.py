@@ -60,6 +60,8 @@ class KernelState:
     prefix: str | None = None  # the kernel's socket files are run/<prefix>-<port>
     started_at: float = 0.0
     user: str | None = None  # the account kernel and bridge run as (None: root)
+    language: str = "python"  # core/code_languages.py
+    port: int = 0  # a TCP kernel's first port on the sandbox's loopback (0: ipc sockets)
 
     @property
     def inside(self) -> str:
@@ -109,5 +111,11 @@ class KernelFiles:
 
 
 def connection(state: KernelState, ip: str) -> dict[str, Any]:
-    return {"transport": "ipc", "ip": ip, "key": state.key,
-            "signature_scheme": "hmac-sha256", "kernel_name": "python3", **PORTS}
+    """The kernel's connection file: ``ipc`` sockets at ``ip``-N, or (a kernel that binds
+    only TCP, such as Deno's) five ports on the sandbox's own loopback from ``port``."""
+    common = {"key": state.key, "signature_scheme": "hmac-sha256",
+              "kernel_name": state.language}
+    if state.port:
+        return {"transport": "tcp", "ip": "127.0.0.1", **common,
+                **{name: state.port + n - 1 for name, n in PORTS.items()}}
+    return {"transport": "ipc", "ip": ip, **common, **PORTS}

@@ -22,9 +22,9 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from agent_sandbox.core import cancel, validate
+from agent_sandbox.core import cancel, code_languages, validate
 from agent_sandbox.core.cancel import CallCancel, detached
 from agent_sandbox.core.errors import (
     CancelledCallError,
@@ -57,6 +57,22 @@ _LIVENESS_EVERY = 1.0  # seconds of silence between checks that the kernel still
 _POLL = 0.2  # seconds between looks at a cell's deadline and its call's cancellation
 _KERNEL_LOG = 64 * 1024
 _BRIDGE = f"{GUEST_DIR}/kernel_bridge.py"
+_TCP_PORTS = (20000, 60000)  # where a TCP kernel's ports start (random: a clash is rare)
+
+
+def kernel_spec(tmpl: Template, language: str) -> dict[str, Any]:
+    """How ``tmpl`` starts a kernel of ``language`` (its ``kernel``: Python's, and the
+    other languages it has under ``languages``), or why it cannot."""
+    kernel = tmpl.kernel or {}
+    specs = {kernel.get("language", code_languages.PYTHON): kernel,
+             **kernel.get("languages", {})}
+    spec = specs.get(language)
+    if not isinstance(spec, dict) or not spec.get("argv"):
+        raise WrongStateError(
+            f"template {tmpl.name!r} has no {language} kernel (it runs "
+            f"{', '.join(sorted(specs))}); see docs/code-interpreter.md for the templates "
+            "that have one")
+    return spec
 
 
 class _KernelGone(Exception):
@@ -97,17 +113,28 @@ class Kernels:
         return tmpl
 
     # public ----------------------------------------------------------------------------
-    def run_code(self, sandbox_id: str, code: str, *, language: str = "python",
+    def run_code(self, sandbox_id: str, code: str, *, language: str | None = None,
                  timeout: float | None = 60, context: str | None = None,
                  on_stdout: TextCallback | None = None, on_stderr: TextCallback | None = None,
                  on_result: ResultCallback | None = None) -> Execution:
         if not isinstance(code, str):
             raise InvalidArgumentError("code must be a string")
-        validate.code_language(language)
+        lang = code_languages.code_language(language)
         timeout = validate.positive(timeout, "timeout", maximum=86400) or 60.0
-        ctx = validate.code_context(context)
+        # No context: the language's default one (Python's is ``default``).
+        ctx = (code_languages.default_context(lang) if context is None
+               else validate.code_context(context))
         row = self.host.row(sandbox_id)
         tmpl = self._kernel_template(row)
+        if context is not None and language is not None:
+            state = self.files.load(sandbox_id, ctx)
+            known = state.language if state is not None else code_languages.default_language(ctx)
+            if known is not None and known != lang:
+                raise InvalidArgumentError(
+                    f"context {ctx!r} runs {known}, not {lang}: give the context or the "
+                    "language, not both")
+        if context is None:
+            kernel_spec(tmpl, lang)  # a template without it: say so before any start
         call = cancel.current()
         # A cancelled call is stopped by the cell's loop (SIGINT), never by cutting the
         # connections it opens halfway: it still ends its kernel start, and still watches,
@@ -139,16 +166,18 @@ class Kernels:
         raise AssertionError("unreachable")
 
     def create_context(self, sandbox_id: str, cwd: str | None = None,
-                       language: str = "python", user: str | None = None) -> CodeContext:
+                       language: str | None = None, user: str | None = None) -> CodeContext:
         """A new context, its kernel started now (as ``user``, an account of the sandbox,
         if given: see ``kernel_user``)."""
-        validate.code_language(language)
+        lang = code_languages.code_language(language)
         user = validate.user(user)
         row = self.host.row(sandbox_id)
         tmpl = self._kernel_template(row)
+        kernel_spec(tmpl, lang)
         cwd = validate.path(cwd or tmpl.workdir, "cwd")
         ctx = f"ctx-{secrets.token_hex(4)}"
-        state = KernelState(context=ctx, cwd=cwd, key=secrets.token_hex(32), user=user)
+        state = KernelState(context=ctx, cwd=cwd, key=secrets.token_hex(32), user=user,
+                            language=lang)
         self.files.save(sandbox_id, state)
         with self._lock((sandbox_id, ctx)):
             try:
@@ -156,7 +185,7 @@ class Kernels:
             except BaseException:
                 (self.files.state_dir(sandbox_id) / f"{ctx}.json").unlink(missing_ok=True)
                 raise
-        return CodeContext(id=ctx, language="python", cwd=cwd, user=user)
+        return CodeContext(id=ctx, language=lang, cwd=cwd, user=user)
 
     def warm(self, row: SandboxRecord) -> None:
         """Start the default context's kernel of a sandbox nobody has yet (a pooled one):
@@ -212,7 +241,8 @@ class Kernels:
         for path in sorted(self.files.state_dir(sandbox_id).glob("*.json")):
             state = self.files.load(sandbox_id, path.stem)
             if state is not None:
-                out.append(CodeContext(id=state.context, cwd=state.cwd, user=state.user))
+                out.append(CodeContext(id=state.context, cwd=state.cwd, user=state.user,
+                                       language=state.language))
         return out
 
     def forget(self, sandbox_id: str, *, keep_contexts: bool = True) -> None:
@@ -238,10 +268,12 @@ class Kernels:
         state = self.files.load(sandbox_id, ctx)
         if state is not None:
             return state
-        if ctx != validate.DEFAULT_CONTEXT:
+        language = code_languages.default_language(ctx)
+        if language is None:
             raise NotFoundError(f"code context {ctx!r} not found in sandbox {sandbox_id} "
                                 "(create one with create_code_context)")
-        return KernelState(context=ctx, cwd=tmpl.workdir, key=secrets.token_hex(32))
+        return KernelState(context=ctx, cwd=tmpl.workdir, key=secrets.token_hex(32),
+                           language=language)
 
     def _drop(self, sandbox_id: str, ctx: str) -> None:
         with self._guard:
@@ -301,15 +333,19 @@ class Kernels:
         guest = self.host.guest(sandbox_id, row)
         self.files.remove(sandbox_id, state)
         state.prefix = f"k{secrets.token_hex(4)}"
+        spec = kernel_spec(tmpl, state.language)
+        # A TCP kernel's five ports on the sandbox's own loopback (its network namespace).
+        state.port = (_TCP_PORTS[0] + secrets.randbelow(_TCP_PORTS[1] - _TCP_PORTS[0])
+                      if spec.get("transport") == "tcp" else 0)
         python = tmpl.kernel["argv"][0]
         # An account's ids, by the guest's own checks (its errors are the caller's answer).
         ids = None if state.user is None else kernel_user.account_ids(guest, python,
                                                                       state.user)
         self.files.write_connection(sandbox_id, state)
         argv = kernel_argv([a.replace("{connection_file}", state.inside)
-                            for a in tmpl.kernel["argv"]])
+                            for a in spec["argv"]])
         env = self.host.env(row, None)
-        env.update(tmpl.kernel.get("env", {}))
+        env.update(spec.get("env", {}))
         try:
             if ids is not None:
                 kernel_user.hand_over(guest, python, state.prefix, ids)

@@ -14,10 +14,10 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+from agent_sandbox.core import code_languages
 from agent_sandbox.core.cancel import detached
 from agent_sandbox.core.errors import InvalidArgumentError, SandboxError
 from agent_sandbox.core.models import Execution, Result
-from agent_sandbox.core.validate import DEFAULT_CONTEXT
 from agent_sandbox.surfaces.e2b.envd.paths import DEFAULT_USER, home
 from agent_sandbox.surfaces.e2b.target import Target
 from agent_sandbox.surfaces.http.streaming import Emit, WorkFn
@@ -41,6 +41,14 @@ HOME = home(DEFAULT_USER)
 _TO_HOME = ("(lambda os: None if getattr(os, '_abx_e2b_home', False) or not os.path.isdir("
             f"{HOME!r}) else (os.chdir({HOME!r}), setattr(os, '_abx_e2b_home', True)) and None"
             ")(__import__('os'))")
+# The other languages' default contexts, moved home by a cell of their own (as E2B's
+# server does for every context it makes); Python's is hidden from the count (below).
+_TO_HOME_IN = {
+    "javascript": f"try {{ Deno.chdir({json.dumps(HOME)}) }} catch {{}}",
+    "typescript": f"try {{ Deno.chdir({json.dumps(HOME)}) }} catch {{}}",
+    "bash": f"cd {HOME} 2>/dev/null; true",
+    "r": f"invisible(try(setwd({json.dumps(HOME)}), silent = TRUE))",
+}
 # Appended to each hidden cell: IPython counts a cell when it ends, so taking one off while
 # it runs leaves the count where the user's last cell left it (E2B's execution_count). Its
 # value is None: nothing is displayed, and `_` stays the user's.
@@ -53,7 +61,7 @@ def hidden(code: str) -> str:
     return code + _UNCOUNTED
 
 
-_homed: OrderedDict[str, None] = OrderedDict()
+_homed: OrderedDict[tuple[str, str], None] = OrderedDict()
 _homed_lock = threading.Lock()
 _MAX_HOMED = 4096
 
@@ -96,33 +104,37 @@ def make_home(found: Target) -> str:
     return HOME
 
 
-def forget_home(sandbox_id: str) -> None:
-    """The default context's kernel is a new one: move it home again before its next cell."""
+def forget_home(sandbox_id: str, ctx: str) -> None:
+    """A default context's kernel is a new one: move it home again before its next cell."""
     with _homed_lock:
-        _homed.pop(sandbox_id, None)
+        _homed.pop((sandbox_id, ctx), None)
 
 
-def _go_home(found: Target, ctx: str) -> None:
+def _go_home(found: Target, ctx: str, language: str) -> None:
+    key = (found.sandbox_id, ctx)
     with _homed_lock:
-        if ctx != DEFAULT_CONTEXT or found.sandbox_id in _homed:
+        if code_languages.default_language(ctx) is None or key in _homed:
             return
     with contextlib.suppress(SandboxError):  # no home: the cell below leaves the cwd be
         make_home(found)
-    found.provider.run_code(found.sandbox_id, hidden(_TO_HOME), timeout=_SETUP_CELL_TIMEOUT)
+    to_home = hidden(_TO_HOME) if language == code_languages.PYTHON else _TO_HOME_IN[language]
+    found.provider.run_code(found.sandbox_id, to_home, timeout=_SETUP_CELL_TIMEOUT,
+                            context=ctx)
     with _homed_lock:
-        _homed[found.sandbox_id] = None
+        _homed[key] = None
         while len(_homed) > _MAX_HOMED:
             _homed.popitem(last=False)
 
 
-def work(found: Target, code: str, ctx: str, env: dict[str, str]) -> WorkFn:
+def work(found: Target, code: str, ctx: str, env: dict[str, str],
+         language: str = code_languages.PYTHON) -> WorkFn:
     """The cell as ``work_events`` work: its output as it comes, the execution last."""
     provider, sandbox_id = found.provider, found.sandbox_id
     setup, restore = _env_cells(env)
 
     def run(emit: Emit) -> dict[str, Any]:
         emit(_STARTED)
-        _go_home(found, ctx)
+        _go_home(found, ctx, language)
         if env:
             done = provider.run_code(sandbox_id, setup, timeout=_SETUP_CELL_TIMEOUT, context=ctx)
             if done.error is not None:
@@ -144,8 +156,8 @@ def work(found: Target, code: str, ctx: str, env: dict[str, str]) -> WorkFn:
                     provider.run_code(sandbox_id, restore, timeout=_SETUP_CELL_TIMEOUT,
                                       context=ctx)
         found.state.metrics.code_run(outcome(execution))
-        if execution.kernel_restarted and ctx == DEFAULT_CONTEXT:
-            forget_home(sandbox_id)
+        if execution.kernel_restarted:
+            forget_home(sandbox_id, ctx)
         return {"type": _DONE, "execution": execution}
 
     return run

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from agent_sandbox.core import validate
+from agent_sandbox.core import code_languages, validate
 from agent_sandbox.core.errors import (
     InvalidArgumentError,
     NotFoundError,
@@ -32,8 +32,6 @@ from agent_sandbox.surfaces.http.streaming import NDJSON, work_events
 
 T = TypeVar("T")
 _MAX_BODY = 8 << 20  # a cell's code and its env_vars
-_LANGUAGES = ("python",)  # what our kernels run (E2B's also: javascript, r, java, bash)
-_ALIASES = {"python3": "python", "py": "python"}
 
 
 async def _blocking(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -56,21 +54,6 @@ async def _body(request: Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidArgumentError("the request body must be a JSON object")
     return body
-
-
-def _language(value: Any) -> str:
-    """E2B's names (any case; none: python) for the one language our kernels run."""
-    if value is None:
-        return "python"
-    if not isinstance(value, str):
-        raise InvalidArgumentError("language must be a string")
-    name = value.strip().lower() or "python"
-    name = _ALIASES.get(name, name)
-    if name not in _LANGUAGES:
-        raise InvalidArgumentError(
-            f"language {value[:40]!r} is not supported: this code interpreter runs "
-            f"{', '.join(_LANGUAGES)} only (see docs/e2b.md)")
-    return name
 
 
 def _text(body: dict[str, Any], name: str) -> str | None:
@@ -97,7 +80,7 @@ def _context_id(value: str | None, found: target.Target) -> str:
         ctx = validate.code_context(value)
     except InvalidArgumentError:
         ctx = None
-    if ctx is None or (ctx != validate.DEFAULT_CONTEXT and ctx not in {
+    if ctx is None or (code_languages.default_language(ctx) is None and ctx not in {
             c.id for c in found.provider.list_code_contexts(found.sandbox_id)}):
         raise NotFoundError(f"Context {str(value)[:80]} not found (see list_code_contexts)")
     return ctx
@@ -115,16 +98,25 @@ async def _execute(request: Request) -> Response:
         raise InvalidArgumentError("code is required: the cell's source, a string")
     if body.get("context_id") is not None and body.get("language") is not None:
         raise InvalidArgumentError("Only one of context_id or language can be provided")
-    _language(body.get("language"))
+    language = code_languages.code_language(body.get("language"))
     env = cells.env_vars(body.get("env_vars"))
 
-    def preflight() -> tuple[str, Any]:
+    def preflight() -> tuple[str, str, Any]:
         _check_kernel(found)
-        ctx = _context_id(_text(body, "context_id"), found)
-        return ctx, found.api_key()
+        if body.get("context_id") is None:  # the language's own default context
+            ctx, lang = code_languages.default_context(language), language
+        else:
+            ctx = _context_id(_text(body, "context_id"), found)
+            lang = next((c.language for c in found.provider.list_code_contexts(
+                found.sandbox_id) if c.id == ctx), code_languages.default_language(ctx))
+        if env and lang != code_languages.PYTHON:
+            raise InvalidArgumentError(
+                f"env_vars are supported in Python cells only here; set them in the "
+                f"{lang} cell itself (see docs/e2b.md)")
+        return ctx, lang or code_languages.PYTHON, found.api_key()
 
-    ctx, key = await _blocking(preflight)
-    work = cells.work(found, code, ctx, env)
+    ctx, lang, key = await _blocking(preflight)
+    work = cells.work(found, code, ctx, env, lang)
     slot = found.state.quotas.command_slot(key)
     slot.__enter__()  # over quota: a 429 now; the work releases it when it ends
     events = work_events(work, slot)
@@ -158,7 +150,7 @@ async def _lines(events: AsyncGenerator[dict[str, Any]],
 async def _create_context(request: Request) -> JSONResponse:
     found = target.current()
     body = await _body(request)
-    language = _language(body.get("language"))
+    language = code_languages.code_language(body.get("language"))
     cwd = _text(body, "cwd")
 
     def create() -> CodeContext:
@@ -191,8 +183,7 @@ def _on_context(act: str) -> Callable[[Request], Awaitable[Response]]:
             _check_kernel(found)
             ctx = _context_id(request.path_params["context_id"], found)
             getattr(found.provider, f"{act}_code_context")(found.sandbox_id, ctx)
-            if ctx == validate.DEFAULT_CONTEXT:
-                cells.forget_home(found.sandbox_id)
+            cells.forget_home(found.sandbox_id, ctx)
 
         await _blocking(run)
         return Response(status_code=204)

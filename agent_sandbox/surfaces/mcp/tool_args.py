@@ -20,6 +20,7 @@ from pydantic import (
 
 from agent_sandbox.core import network as netpolicy
 from agent_sandbox.core.bounds import MAX_LOCK_TOKEN, MAX_LOCK_TTL, MAX_LOCK_WAIT, MAX_VERSION
+from agent_sandbox.core.code_languages import LANGUAGES
 from agent_sandbox.core.errors import InvalidArgumentError
 from agent_sandbox.core.spec import OPTION_NAMES, CreateSpec
 from agent_sandbox.core.states import VISIBLE
@@ -210,8 +211,10 @@ class KillSandboxArgs(SandboxArgs):
 # ---- code and commands ----------------------------------------------------------------------
 
 class RunCodeArgs(ToolArgs):
-    code: str = Field(min_length=1, description="The Python code to run.")
-    language: str = Field("python", max_length=32, description="Language (only python).")
+    code: str = Field(min_length=1, description="The code to run.")
+    language: str | None = Field(None, max_length=32, description="Language: "
+                                 f"{', '.join(LANGUAGES)} (default: the context's, else "
+                                 "python; each has a default context of its own).")
     timeout: float = Field(60, ge=0.001, le=MAX_TIMEOUT, description="Seconds before the cell "
                            "is interrupted (default 60).")
     context: str | None = Field(None, max_length=64, description="Interpreter context id "

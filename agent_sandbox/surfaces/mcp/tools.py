@@ -337,7 +337,9 @@ LIST_TEMPLATES = ToolSpec(
 
 RUN_CODE = ToolSpec(
     "run_code",
-    "Run Python in a stateful interpreter (a Jupyter kernel, like a notebook cell): variables, "
+    "Run code in a stateful interpreter (a Jupyter kernel, like a notebook cell): Python by "
+    "default; language javascript, typescript (Deno), bash or r runs in that language's own "
+    "kernel. Variables, "
     "imports and functions persist between calls. Returns stdout/stderr, the value of the last "
     "expression, rich displays, and an error with its traceback if the code raised. "
     "matplotlib figures come back as PNG images. numpy, pandas and matplotlib are installed; "

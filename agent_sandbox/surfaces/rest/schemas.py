@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from agent_sandbox.core import validate
+from agent_sandbox.core import code_languages, validate
 from agent_sandbox.core.bounds import (
     MAX_COMMAND_TIMEOUT,
     MAX_LOCK_TOKEN,
@@ -42,7 +42,7 @@ from agent_sandbox.core.spec import NO_NUL_PATTERN, IdleTimeout, Network
 from agent_sandbox.core.states import VISIBLE
 from agent_sandbox.core.templates import NAME_PATTERN
 
-LANGUAGES = ("python", "python3")  # kernels.py: the code interpreter runs python
+LANGUAGES = code_languages.NAMES
 SANDBOX_STATES = VISIBLE
 
 SANDBOX_ID_PATTERN = validate.SANDBOX_ID_PATTERN
@@ -264,7 +264,8 @@ class CustomCommand(_Body):
 
 class RunCode(_Body):
     code: str
-    language: Language = "python"
+    language: Language | None = Field(None, description="default: the context's, else "
+                                      "python")
     timeout: CommandTimeout | None = Field(
         60, description="seconds (null: 60); past it the cell is interrupted and the "
                         "context's variables are kept")
@@ -275,7 +276,7 @@ class RunCode(_Body):
 
 class CreateCodeContext(_Body):
     cwd: Cwd | None = Field(None, description="working directory (default: the template's)")
-    language: Language = "python"
+    language: Language | None = Field(None, description="default: python")
     user: UserName | None = None
 
 

@@ -240,6 +240,14 @@ async function interpreter() {
       return { cwd: cwd.text, isolated: isolated.text, listed: listed.includes(ctx.id),
                afterRestart: afterRestart.text, removed: !afterRemove.includes(ctx.id) }
     }, 120_000)
+    await step('typescript', async () => {
+      await sbx.runCode('const n: number = 20', { language: 'ts' })
+      const r = await sbx.runCode('n * 2 + 2', { language: 'typescript' })
+      const err = await sbx.runCode('throw new TypeError("bad " + n)', { language: 'ts' })
+      const html = await sbx.runCode('Deno.jupyter.html`<b>${n}</b>`', { language: 'ts' })
+      return { text: r.text, error: r.error ?? null, errName: err.error?.name,
+               errValue: err.error?.value, html: html.results[0]?.html ?? null }
+    }, 120_000)
   } finally {
     await sbx.kill().catch(() => {})
   }

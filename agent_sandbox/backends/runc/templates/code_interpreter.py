@@ -43,20 +43,44 @@ from agent_sandbox.core.templates import BASE, CODE_INTERPRETER, Layer, Template
 
 NAME = CODE_INTERPRETER
 ENV_TARGET = "/opt/abx-python"
-PACKAGES = ("ipykernel", "numpy", "pandas", "matplotlib")
+PACKAGES = ("ipykernel", "numpy", "pandas", "matplotlib", "bash_kernel")
 HOST_PYTHON = "/usr/bin/python3"
-_RECIPE = 1  # bump when the build steps change: a different recipe is a different template
-_CHECK = "import ipykernel, matplotlib_inline, numpy, pandas, matplotlib; print('ok')"
+# JavaScript and TypeScript: Deno's own Jupyter kernel, its binary from the npm registry's
+# ``deno`` package (an optional dependency per platform), where the host has npm.
+DENO_PACKAGE = "deno@2"
+DENO_TARGET = "/opt/abx-deno/bin/deno"
+_RECIPE = 2  # bump when the build steps change: a different recipe is a different template
+_CHECK = ("import ipykernel, matplotlib_inline, numpy, pandas, matplotlib, bash_kernel; "
+          "print('ok')")
 _PIP_TIMEOUT = 1800
 LineFn = Callable[[str], None]
 
+_DENO_KERNEL = {
+    # Deno's kernel binds TCP only: on the sandbox's own loopback (kernels.py).
+    "argv": [DENO_TARGET, "jupyter", "--kernel", "--conn", "{connection_file}"],
+    "env": {"NO_COLOR": "1", "DENO_NO_UPDATE_CHECK": "1"},
+    "transport": "tcp",
+}
 KERNEL = {
     "language": "python",
     "argv": [f"{ENV_TARGET}/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
     # The inline backend turns every figure left open at the end of a cell into image/png.
     "env": {"MPLBACKEND": "module://matplotlib_inline.backend_inline",
             "PYTHONUNBUFFERED": "1"},
+    # The other languages (core/code_languages.py) this template has a kernel for.
+    "languages": {
+        "bash": {"argv": [f"{ENV_TARGET}/bin/python", "-m", "bash_kernel", "-f",
+                          "{connection_file}"]},
+    },
 }
+
+
+def kernel(inputs: dict[str, object]) -> dict[str, object]:
+    """The template's kernels for what it was built with (Deno only where npm was)."""
+    out = json.loads(json.dumps(KERNEL))
+    if inputs.get("deno"):
+        out["languages"].update(javascript=dict(_DENO_KERNEL), typescript=dict(_DENO_KERNEL))
+    return out
 
 
 @functools.cache
@@ -74,7 +98,8 @@ def host_python_version() -> str:
 
 def build_inputs(packages: tuple[str, ...] = PACKAGES) -> dict[str, object]:
     return {"packages": list(packages), "python": host_python_version(),
-            "python_path": HOST_PYTHON, "recipe": _RECIPE}
+            "python_path": HOST_PYTHON, "recipe": _RECIPE,
+            "deno": DENO_PACKAGE if shutil.which("npm") else None}
 
 
 def _stderr_line(line: str) -> None:
@@ -230,6 +255,11 @@ def _build(store: TemplateStore, root: Path, inputs: dict[str, object], index_ur
         _run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "--progress-bar", "off",
               *index, *packages], progress, "pip install", env=pip_env)
         _relocate(env_dir, ENV_TARGET)
+        if inputs.get("deno"):
+            _install_deno(rootfs, staging, str(inputs["deno"]), progress)
+        else:
+            progress("no npm on this host: JavaScript and TypeScript are left out "
+                     "(apt-get install npm, then build again)")
         check = subprocess.run([str(env_dir / "bin" / "python"), "-c", _CHECK],
                                capture_output=True, text=True, timeout=300)
         if check.returncode != 0:
@@ -240,8 +270,9 @@ def _build(store: TemplateStore, root: Path, inputs: dict[str, object], index_ur
         layers = [Layer("/", [str(final_root)])] if shared else _layers(store, str(final_root))
         tmpl = Template(
             name=NAME, kind="built", layers=layers,
-            env={"PATH": f"{ENV_TARGET}/bin:{DEFAULT_PATH}", "VIRTUAL_ENV": ENV_TARGET},
-            kernel=dict(KERNEL), build_inputs=inputs,
+            env={"PATH": f"{ENV_TARGET}/bin:{Path(DENO_TARGET).parent}:{DEFAULT_PATH}",
+                 "VIRTUAL_ENV": ENV_TARGET},
+            kernel=kernel(inputs), build_inputs=inputs,
             description=f"{BASE} plus Python {inputs['python']} in {ENV_TARGET} with "
                         f"{', '.join(packages)}; a Jupyter kernel for run_code",
         )
@@ -289,6 +320,33 @@ def _commit_shared(staging: Path, folder: Path, rootfs: str) -> None:
             trash = folder.parent / f".trash-{NAME}-{os.getpid()}-{time.time_ns()}"
             os.replace(entry, trash)
             shutil.rmtree(trash, ignore_errors=True)
+
+
+def _install_deno(rootfs: Path, staging: Path, package: str, progress: LineFn) -> None:
+    """Deno's binary at ``DENO_TARGET``: npm fetches the ``deno`` package and the binary
+    package of this platform it depends on (no install scripts run)."""
+    progress(f"installing {package} (JavaScript and TypeScript kernel) from the npm registry")
+    work = staging / "npm"
+    work.mkdir()
+    _run(["npm", "install", "--prefix", str(work), "--ignore-scripts", "--no-save",
+          "--no-audit", "--no-fund", "--no-package-lock", "--loglevel", "error", package],
+         progress, "npm install deno", env={**os.environ, "npm_config_update_notifier": "false"})
+    found = [p for p in (work / "node_modules" / "@deno").glob("*/deno") if p.is_file()]
+    if not found:
+        raise RuntimeUnavailableError(f"building template {NAME}: npm installed {package} "
+                                      "without a binary for this platform")
+    target = rootfs / DENO_TARGET.lstrip("/")
+    target.parent.mkdir(parents=True, mode=0o755)
+    os.chmod(target.parent.parent, 0o755)
+    shutil.move(found[0], target)
+    os.chmod(target, 0o755)
+    shutil.rmtree(work, ignore_errors=True)
+    check = subprocess.run([str(target), "--version"], capture_output=True, text=True,
+                           timeout=120)
+    if check.returncode != 0:
+        raise RuntimeUnavailableError(f"building template {NAME}: deno does not run:\n"
+                                      f"{(check.stdout + check.stderr)[-2000:]}")
+    progress(check.stdout.splitlines()[0] if check.stdout else "deno ready")
 
 
 def _relocate(env_dir: Path, target: str) -> None:
