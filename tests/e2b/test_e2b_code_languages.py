@@ -104,3 +104,17 @@ def test_java_is_refused_naming_the_languages(ci: object) -> None:
             ci.run_code("1", language=name)
         with pytest.raises(SandboxException, match="400.*is not supported"):
             ci.create_code_context(language=name)
+
+
+def test_r_state_error_and_display(ci: object) -> None:
+    _needs(ci, "r")
+    ci.run_code("scores <- c(3, 5, 34)", language="r")
+    kept = ci.run_code("sum(scores)", language="r")
+    # IRkernel displays a value (no execute_result): E2B's `text` is the main result's only.
+    assert kept.error is None and [r.text for r in kept.results] == ["[1] 42"]
+    failed = ci.run_code("stop('no such table: ', length(scores))", language="r")
+    assert failed.error is not None and "no such table: 3" in failed.error.value
+    frame = ci.run_code("data.frame(name = c('a', 'b'), n = 1:2)", language="r")
+    assert frame.error is None and "<table" in (frame.results[0].html or "")
+    plot = ci.run_code("plot(scores)", language="r")
+    assert plot.error is None and any(r.png for r in plot.results), plot

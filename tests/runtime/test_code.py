@@ -200,8 +200,9 @@ def test_reset_rootfs_drops_pip_installs_keeps_workspace(fresh: Sandbox) -> None
 def test_bad_language() -> None:
     from agent_sandbox.core.errors import InvalidArgumentError
 
-    with Sandbox.create(template=TEMPLATE) as s, pytest.raises(InvalidArgumentError):
-        s.run_code("1", language="r")
+    with Sandbox.create(template=TEMPLATE) as s, pytest.raises(
+            InvalidArgumentError, match="'java' is not supported.*python, javascript"):
+        s.run_code("1", language="java")
 
 
 def test_parallel_contexts_run_concurrently(sb: Sandbox) -> None:

@@ -91,7 +91,7 @@ def test_error_statuses(gw: Gateway, code_sb: str, sandbox_a: str) -> None:
              "invalid_argument", "timeout"),
             (http.post(url, json={"code": "1", "timeout": 0}), 400, "invalid_argument",
              "timeout must be greater than 0"),
-            (http.post(url, json={"code": "1", "language": "r"}), 400, "invalid_argument",
+            (http.post(url, json={"code": "1", "language": "java"}), 400, "invalid_argument",
              "not supported"),
             # Found before the stream begins: a status, not an event.
             (http.post(url, json={"code": "1", "context": "ctx-0", "stream": True}), 404,

@@ -26,6 +26,7 @@ import fcntl
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -49,11 +50,17 @@ HOST_PYTHON = "/usr/bin/python3"
 # ``deno`` package (an optional dependency per platform), where the host has npm.
 DENO_PACKAGE = "deno@2"
 DENO_TARGET = "/opt/abx-deno/bin/deno"
-_RECIPE = 2  # bump when the build steps change: a different recipe is a different template
+# R: Debian's R and IRkernel, the packages this host lacks of them unpacked into the
+# template's layer (no maintainer scripts run), where the host has apt.
+R_PACKAGES = ("r-base-core", "r-cran-irkernel")
+_RECIPE = 3  # bump when the build steps change: a different recipe is a different template
 _CHECK = ("import ipykernel, matplotlib_inline, numpy, pandas, matplotlib, bash_kernel; "
           "print('ok')")
 _PIP_TIMEOUT = 1800
 LineFn = Callable[[str], None]
+# R's Debian packages go to /usr and /etc, which base mounts apart: each a tree of its own
+# beside the environment's root, named after it (rootfs-<id><suffix>).
+_SUBTREES = {"usr": "1", "etc": "2"}
 
 _DENO_KERNEL = {
     # Deno's kernel binds TCP only: on the sandbox's own loopback (kernels.py).
@@ -75,11 +82,21 @@ KERNEL = {
 }
 
 
-def kernel(inputs: dict[str, object]) -> dict[str, object]:
-    """The template's kernels for what it was built with (Deno only where npm was)."""
+_R_KERNEL = {
+    # IRkernel's own command; its ZeroMQ binding takes TCP addresses only.
+    "argv": ["R", "--slave", "-e", "IRkernel::main()", "--args", "{connection_file}"],
+    "transport": "tcp",
+}
+
+
+def kernel(inputs: dict[str, object], with_r: bool = False) -> dict[str, object]:
+    """The template's kernels for what it was built with (Deno only where npm was, R
+    where its packages could be had)."""
     out = json.loads(json.dumps(KERNEL))
     if inputs.get("deno"):
         out["languages"].update(javascript=dict(_DENO_KERNEL), typescript=dict(_DENO_KERNEL))
+    if with_r:
+        out["languages"]["r"] = dict(_R_KERNEL)
     return out
 
 
@@ -99,20 +116,30 @@ def host_python_version() -> str:
 def build_inputs(packages: tuple[str, ...] = PACKAGES) -> dict[str, object]:
     return {"packages": list(packages), "python": host_python_version(),
             "python_path": HOST_PYTHON, "recipe": _RECIPE,
-            "deno": DENO_PACKAGE if shutil.which("npm") else None}
+            "deno": DENO_PACKAGE if shutil.which("npm") else None,
+            "r": list(R_PACKAGES) if shutil.which("apt-get") and shutil.which("dpkg-deb")
+            else None}
 
 
 def _stderr_line(line: str) -> None:
     print(f"[{NAME}] {line}", file=sys.stderr, flush=True)
 
 
-def _layers(store: TemplateStore, env_root: str) -> list[Layer]:
-    """base's layers, with the environment's root as the top lower of ``/``."""
-    layers = []
-    for layer in store.ensure_base().layers:
-        lowers = [env_root, *layer.lowers] if layer.target == "/" else list(layer.lowers)
-        layers.append(Layer(layer.target, lowers))
-    return layers
+def _own_layers(env_root: str, built: Path | None = None) -> list[Layer]:
+    """The template's own layers: the environment's root at ``/``, and the trees of R's
+    packages at ``/usr`` and ``/etc``. ``built``: where that root is until the build is
+    committed."""
+    where = built or Path(env_root)
+    return [Layer("/", [env_root])] + [
+        Layer(f"/{sub}", [f"{env_root}{suffix}"]) for sub, suffix in _SUBTREES.items()
+        if where.with_name(where.name + suffix).is_dir()]
+
+
+def _layers(store: TemplateStore, env_root: str, built: Path | None = None) -> list[Layer]:
+    """base's layers, with the template's own as their top lowers."""
+    own = {layer.target: layer.lowers for layer in _own_layers(env_root, built)}
+    return [Layer(layer.target, [*own.get(layer.target, []), *layer.lowers])
+            for layer in store.ensure_base().layers]
 
 
 def _env_root(tmpl: Template) -> str:
@@ -260,6 +287,9 @@ def _build(store: TemplateStore, root: Path, inputs: dict[str, object], index_ur
         else:
             progress("no npm on this host: JavaScript and TypeScript are left out "
                      "(apt-get install npm, then build again)")
+        with_r = bool(inputs.get("r")) and _install_r(rootfs, staging, progress)
+        for path in staging.glob(f"{rootfs.name}?"):
+            os.chmod(path, 0o755)
         check = subprocess.run([str(env_dir / "bin" / "python"), "-c", _CHECK],
                                capture_output=True, text=True, timeout=300)
         if check.returncode != 0:
@@ -267,12 +297,13 @@ def _build(store: TemplateStore, root: Path, inputs: dict[str, object], index_ur
                                           f"not import its packages:\n{check.stderr[-2000:]}")
         final_root = root / NAME / rootfs.name
         # Shared: its own layer only (each engine stacks it on its own base).
-        layers = [Layer("/", [str(final_root)])] if shared else _layers(store, str(final_root))
+        layers = (_own_layers(str(final_root), rootfs) if shared
+                  else _layers(store, str(final_root), rootfs))
         tmpl = Template(
             name=NAME, kind="built", layers=layers,
             env={"PATH": f"{ENV_TARGET}/bin:{Path(DENO_TARGET).parent}:{DEFAULT_PATH}",
                  "VIRTUAL_ENV": ENV_TARGET},
-            kernel=kernel(inputs), build_inputs=inputs,
+            kernel=kernel(inputs, with_r), build_inputs=inputs,
             description=f"{BASE} plus Python {inputs['python']} in {ENV_TARGET} with "
                         f"{', '.join(packages)}; a Jupyter kernel for run_code",
         )
@@ -313,10 +344,12 @@ def _commit_shared(staging: Path, folder: Path, rootfs: str) -> None:
         pass
     folder.mkdir(mode=0o755, exist_ok=True)
     os.chmod(folder, 0o755)
-    os.replace(staging / rootfs, folder / rootfs)
+    built = {entry.name for entry in staging.glob(f"{rootfs}*")}  # with R's trees
+    for name in built:
+        os.replace(staging / name, folder / name)
     os.replace(staging / "template.json", folder / "template.json")  # the switch
     for entry in folder.iterdir():
-        if entry.name.startswith("rootfs-") and entry.name not in previous | {rootfs}:
+        if entry.name.startswith("rootfs-") and entry.name not in previous | built:
             trash = folder.parent / f".trash-{NAME}-{os.getpid()}-{time.time_ns()}"
             os.replace(entry, trash)
             shutil.rmtree(trash, ignore_errors=True)
@@ -347,6 +380,57 @@ def _install_deno(rootfs: Path, staging: Path, package: str, progress: LineFn) -
         raise RuntimeUnavailableError(f"building template {NAME}: deno does not run:\n"
                                       f"{(check.stdout + check.stderr)[-2000:]}")
     progress(check.stdout.splitlines()[0] if check.stdout else "deno ready")
+
+
+def _install_r(rootfs: Path, staging: Path, progress: LineFn) -> bool:
+    """R and IRkernel in the layer: the Debian packages apt would install for them on this
+    host, downloaded and unpacked. Optional: without them (no apt lists, no mirror) the
+    template is built without R, and says so (``abx template build --force`` tries
+    again)."""
+    progress(f"installing {' '.join(R_PACKAGES)} (the R kernel) from Debian's packages")
+    env = {**os.environ, "LC_ALL": "C"}
+    try:
+        plan = subprocess.run(["apt-get", "install", "-s", "--no-install-recommends",
+                               *R_PACKAGES], capture_output=True, text=True, timeout=300,
+                              env=env, stdin=subprocess.DEVNULL)
+        wanted = [f"{m.group(1)}={m.group(2)}" for m in
+                  re.finditer(r"^Inst (\S+) (?:\[\S+\] )?\((\S+) ", plan.stdout, re.M)]
+        if plan.returncode != 0:
+            raise RuntimeUnavailableError(plan.stderr.strip()[-1000:] or "apt-get failed")
+        debs = staging / "debs"
+        debs.mkdir()
+        if wanted:
+            got = subprocess.run(["apt-get", "download", "-q", *wanted], cwd=debs,
+                                 capture_output=True, text=True, timeout=900, env=env,
+                                 stdin=subprocess.DEVNULL)
+            if got.returncode != 0:
+                raise RuntimeUnavailableError(got.stderr.strip()[-1000:])
+        tree = staging / "r"
+        tree.mkdir()
+        for deb in sorted(debs.glob("*.deb")):
+            subprocess.run(["dpkg-deb", "-x", str(deb), str(tree)], check=True,
+                           capture_output=True, timeout=300)
+        shutil.rmtree(debs, ignore_errors=True)
+        # What the maintainer scripts would have made: libblas3's and liblapack3's
+        # links, r-base-core's Renviron.
+        for found in tree.glob("usr/lib/*/[bl][la][ap]*/lib*.so.3"):
+            link = found.parent.parent / found.name
+            if found.parent.name in ("blas", "lapack") and not link.exists():
+                link.symlink_to(f"{found.parent.name}/{found.name}")
+        renviron = tree / "etc" / "R" / "Renviron"
+        if (tree / "usr/lib/R/etc/Renviron.ucf").is_file() and not renviron.exists():
+            shutil.copy2(tree / "usr/lib/R/etc/Renviron.ucf", renviron)
+        for sub, suffix in _SUBTREES.items():
+            if (tree / sub).is_dir():
+                os.replace(tree / sub, rootfs.with_name(rootfs.name + suffix))
+        shutil.rmtree(tree, ignore_errors=True)
+    except (OSError, subprocess.SubprocessError, RuntimeUnavailableError) as exc:
+        detail = exc.message if isinstance(exc, RuntimeUnavailableError) else str(exc)
+        progress(f"R is left out (its packages could not be had: {detail[-500:]}); "
+                 f"`abx template build {NAME} --force` tries again")
+        return False
+    progress(f"R ready ({len(wanted)} packages unpacked)")
+    return True
 
 
 def _relocate(env_dir: Path, target: str) -> None:
