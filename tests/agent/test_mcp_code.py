@@ -69,3 +69,24 @@ def test_run_code_on_a_template_without_kernel() -> None:
             assert "code-interpreter-v1" in text and "run_command" in text
 
     anyio.run(main)
+
+
+def test_run_code_in_other_languages() -> None:
+    """Each language in its own default context; a language the template lacks, or one
+    no kernel here runs, is an error of the tool naming the languages."""
+    async def main() -> None:
+        async with Client(stdio_params(), mode="legacy") as c:
+            r = await c.call_tool("run_code", {"code": "N=6; echo $((N*7))",
+                                               "language": "bash"})
+            assert not r.is_error and (r.structured_content or {})["stdout"] == "42\n"
+            r = await c.call_tool("run_code", {"code": "const a: number = 41; a + 1",
+                                               "language": "typescript"})
+            text = r.content[0].text  # type: ignore[union-attr]
+            if "no typescript kernel" not in text:  # a host without npm: no Deno
+                assert not r.is_error, text
+                assert (r.structured_content or {})["results"][0]["text"] == "42"
+            r = await c.call_tool("run_code", {"code": "1", "language": "java"})
+            assert r.is_error
+            assert "python, javascript, typescript, bash" in r.content[0].text  # type: ignore
+
+    anyio.run(main)

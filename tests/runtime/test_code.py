@@ -197,6 +197,24 @@ def test_reset_rootfs_drops_pip_installs_keeps_workspace(fresh: Sandbox) -> None
     assert fresh.run_code("import numpy; int(numpy.arange(4).sum())").text == "6"
 
 
+def test_languages_have_default_contexts_of_their_own(sb: Sandbox) -> None:
+    """Our SDK: ``language`` picks the language's default context; a context made for a
+    language runs it; naming a context of another language is refused."""
+    from agent_sandbox.core.errors import InvalidArgumentError
+
+    assert sb.run_code("A=41", language="bash").error is None
+    r = sb.run_code("echo $((A+1))", language="sh")
+    assert (r.stdout, r.context_id) == ("42\n", "default-bash")
+    assert sb.run_code("'A' in dir()").text == "False"  # Python's own context
+    ctx = sb.create_code_context(language="bash", cwd="/tmp")
+    assert ctx.language == "bash"
+    assert sb.run_code("pwd", context=ctx).stdout == "/tmp\n"
+    with pytest.raises(InvalidArgumentError, match="runs bash, not python"):
+        sb.run_code("1", context=ctx, language="python")
+    assert {c.id: c.language for c in sb.list_code_contexts()}[ctx.id] == "bash"
+    sb.remove_code_context(ctx)
+
+
 def test_bad_language() -> None:
     from agent_sandbox.core.errors import InvalidArgumentError
 
