@@ -293,7 +293,8 @@ BLOCKS: dict[tuple[str, str], Handler] = {
     ("docs/daemon.md", r"\[Service\]"): Check(_daemon_unit),
     ("docs/snapshots.md", r"sb\.snapshot\(name="): Py(out=(r"^step-1$", r"^True$"),
                                                        needs=("criu",)),
-    ("docs/e2b.md", r"from e2b_code_interpreter"): Py(out=(r"^hi$", r"^42$"), needs=("code",)),
+    ("docs/e2b.md", r"from e2b_code_interpreter"): Py(out=(r"^hi$", r"^42$", r"^2,4$"),
+                                                          needs=("code", "node")),
     ("docs/e2b.md", r"@e2b/code-interpreter"): Node(out=(r"^hi$",), needs=("code", "node")),
     ("docs/e2b.md", r"reverse_proxy"): Skip(
         "a Caddy configuration: no Caddy here, and its wildcard certificate needs a DNS "

@@ -70,8 +70,8 @@ def kernel_spec(tmpl: Template, language: str) -> dict[str, Any]:
     if not isinstance(spec, dict) or not spec.get("argv"):
         raise WrongStateError(
             f"template {tmpl.name!r} has no {language} kernel (it runs "
-            f"{', '.join(sorted(specs))}); see docs/code-interpreter.md for the templates "
-            "that have one")
+            f"{', '.join(sorted(specs))}); see docs/engine.md, The code interpreter: a "
+            "language's packages could not be had when the template was built")
     return spec
 
 
