@@ -118,3 +118,20 @@ def test_r_state_error_and_display(ci: object) -> None:
     assert frame.error is None and "<table" in (frame.results[0].html or "")
     plot = ci.run_code("plot(scores)", language="r")
     assert plot.error is None and any(r.png for r in plot.results), plot
+
+
+@pytest.mark.parametrize(("language", "code"), [
+    ("bash", 'echo "$ABX_A|${ABX_B-unset}"'),
+    ("js", "console.log((Deno.env.get('ABX_A') ?? '') + '|' + (Deno.env.get('ABX_B') ?? 'unset'))"),
+    ("r", "cat(Sys.getenv('ABX_A'), Sys.getenv('ABX_B', 'unset'), sep = '|')"),
+])
+def test_env_vars_for_one_cell(ci: object, language: str, code: str) -> None:
+    """``envs`` hold for one cell of any language, quoted whatever they hold, and the
+    environment is as before after it."""
+    _needs(ci, language)
+    value = "it's \"quoted\" $HOME `x` \\ é"
+    seen = ci.run_code(code, language=language, envs={"ABX_A": value})
+    assert seen.error is None and "".join(seen.logs.stdout) == f"{value}|unset\n"[
+        :None if language != "r" else -1]
+    after = ci.run_code(code, language=language)
+    assert "".join(after.logs.stdout).strip() == "|unset"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import shlex
 import threading
 import time
 from collections import OrderedDict
@@ -85,16 +86,48 @@ def env_vars(value: Any) -> dict[str, str]:
     return value
 
 
-def _env_cells(env: dict[str, str]) -> tuple[str, str]:
-    """Cells that set ``env`` in the kernel's ``os.environ`` (what the cell and its
-    subprocesses see) and put the old values back after, binding no name of the user's.
-    ``repr`` makes each string a Python literal, whatever it holds."""
+def _env_cells(env: dict[str, str], language: str = code_languages.PYTHON
+               ) -> tuple[str, str]:
+    """Cells that set ``env`` in the kernel's environment (what the cell and its
+    subprocesses see) and put the old values back after. Python's bind no name of the
+    user's (``repr`` makes each string a Python literal, whatever it holds); the other
+    languages' keep the old values in one name of their own (``__abx_*``), their strings
+    quoted for the language (JSON for JavaScript and R; ``shlex`` for Bash)."""
+    if language != code_languages.PYTHON:
+        return _other_env_cells(env, language)
     setup = ("__import__('os')._abx_cell_env = (lambda e, new: ({k: e.get(k) for k in new}, "
              f"e.update(new))[0])(__import__('os').environ, {env!r})")
     restore = ("(lambda e, old: [e.pop(k, None) if v is None else e.__setitem__(k, v) "
                "for k, v in old.items()].clear())(__import__('os').environ, "
                "__import__('os').__dict__.pop('_abx_cell_env', {}))")
     return hidden(setup), hidden(restore)
+
+
+def _other_env_cells(env: dict[str, str], language: str) -> tuple[str, str]:
+    names = list(env)
+    if language == "bash":  # names are checked: [A-Za-z_][A-Za-z0-9_]*
+        setup = "; ".join(f"__abx_set_{k}=${{{k}+x}}; __abx_old_{k}=${k}; "
+                          f"export {k}={shlex.quote(v)}" for k, v in env.items())
+        restore = "; ".join(f'if [ -n "$__abx_set_{k}" ]; then export {k}="$__abx_old_{k}"; '
+                            f"else unset {k}; fi; unset __abx_set_{k} __abx_old_{k}"
+                            for k in names)
+        return setup + "; true", restore + "; true"
+    if language == "r":
+        values = ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())
+        setup = (f".__abx_env <- Sys.getenv(c({', '.join(map(json.dumps, names))}), "
+                 f"unset = NA, names = TRUE); invisible(Sys.setenv({values}))")
+        restore = ("invisible(for (k in names(.__abx_env)) if (is.na(.__abx_env[[k]])) "
+                   "Sys.unsetenv(k) else do.call(Sys.setenv, setNames(list(.__abx_env[[k]]),"
+                   " k))); rm(.__abx_env)")
+        return setup, restore
+    # JavaScript and TypeScript (Deno; process.env reads the same environment)
+    setup = ("void (globalThis.__abxCellEnv = Object.fromEntries(Object.entries("
+             f"{json.dumps(env)}).map(([k, v]) => {{ const old = Deno.env.get(k); "
+             "Deno.env.set(k, v); return [k, old ?? null] })))")
+    restore = ("void (Object.entries(globalThis.__abxCellEnv ?? {}).forEach(([k, v]) => "
+               "v === null ? Deno.env.delete(k) : Deno.env.set(k, v)), "
+               "delete globalThis.__abxCellEnv)")
+    return setup, restore
 
 
 def make_home(found: Target) -> str:
@@ -130,7 +163,7 @@ def work(found: Target, code: str, ctx: str, env: dict[str, str],
          language: str = code_languages.PYTHON) -> WorkFn:
     """The cell as ``work_events`` work: its output as it comes, the execution last."""
     provider, sandbox_id = found.provider, found.sandbox_id
-    setup, restore = _env_cells(env)
+    setup, restore = _env_cells(env, language)
 
     def run(emit: Emit) -> dict[str, Any]:
         emit(_STARTED)

@@ -109,10 +109,6 @@ async def _execute(request: Request) -> Response:
             ctx = _context_id(_text(body, "context_id"), found)
             lang = next((c.language for c in found.provider.list_code_contexts(
                 found.sandbox_id) if c.id == ctx), code_languages.default_language(ctx))
-        if env and lang != code_languages.PYTHON:
-            raise InvalidArgumentError(
-                f"env_vars are supported in Python cells only here; set them in the "
-                f"{lang} cell itself (see docs/e2b.md)")
         return ctx, lang or code_languages.PYTHON, found.api_key()
 
     ctx, lang, key = await _blocking(preflight)
