@@ -81,13 +81,15 @@ def test_new_user_runs_the_shared_code_template(code_template: str, new_user: An
 
             err, data, text = await _call(c, "run_code", code="import pandas\n6 * 7")
             assert not err and data["results"][0]["text"] == "42", text
-            # Bash's kernel is in the shared venv too (Deno's and R's need what a rootless
-            # sandbox lacks: docs/engine.md).
+            # Bash's kernel is in the shared venv too; R's trees (over /usr and /etc) carry
+            # the host libraries a rootless base lacks. (Deno's V8 needs more address
+            # space than a rootless sandbox's RLIMIT_AS: docs/engine.md.)
             err, data, text = await _call(c, "run_code", code="echo $((6 * 7))",
                                           language="bash")
             assert not err and data["stdout"] == "42\n", text
             err, data, text = await _call(c, "run_code", code="6 * 7", language="r")
-            assert err and ("did not start" in text or "no r kernel" in text), text
+            if "no r kernel" not in text:  # built without R on this host
+                assert not err and data["results"][0]["text"] == "[1] 42", text
 
             install = (f"python -c {shlex.quote(_WHEEL)} && pip install -q --no-index "
                        "--root-user-action=ignore /workspace/abxshared-1.0-py3-none-any.whl"

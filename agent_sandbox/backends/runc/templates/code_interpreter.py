@@ -53,7 +53,7 @@ DENO_TARGET = "/opt/abx-deno/bin/deno"
 # R: Debian's R and IRkernel, the packages this host lacks of them unpacked into the
 # template's layer (no maintainer scripts run), where the host has apt.
 R_PACKAGES = ("r-base-core", "r-cran-irkernel")
-_RECIPE = 3  # bump when the build steps change: a different recipe is a different template
+_RECIPE = 5  # bump when the build steps change: a different recipe is a different template
 _CHECK = ("import ipykernel, matplotlib_inline, numpy, pandas, matplotlib, bash_kernel; "
           "print('ok')")
 _PIP_TIMEOUT = 1800
@@ -82,9 +82,13 @@ KERNEL = {
 }
 
 
+R_HOST_LIBS = "/usr/lib/R/abx-host-lib"
 _R_KERNEL = {
     # IRkernel's own command; its ZeroMQ binding takes TCP addresses only.
     "argv": ["R", "--slave", "-e", "IRkernel::main()", "--args", "{connection_file}"],
+    # After R's own (R puts its lib and the host's library directory first): the copies
+    # of host libraries a base without them (rootless, Kubernetes images) lacks.
+    "env": {"LD_LIBRARY_PATH": R_HOST_LIBS},
     "transport": "tcp",
 }
 
@@ -417,6 +421,7 @@ def _install_r(rootfs: Path, staging: Path, progress: LineFn) -> bool:
             link = found.parent.parent / found.name
             if found.parent.name in ("blas", "lapack") and not link.exists():
                 link.symlink_to(f"{found.parent.name}/{found.name}")
+        _copy_host_libraries(tree)
         renviron = tree / "etc" / "R" / "Renviron"
         if (tree / "usr/lib/R/etc/Renviron.ucf").is_file() and not renviron.exists():
             shutil.copy2(tree / "usr/lib/R/etc/Renviron.ucf", renviron)
@@ -431,6 +436,38 @@ def _install_r(rootfs: Path, staging: Path, progress: LineFn) -> bool:
         return False
     progress(f"R ready ({len(wanted)} packages unpacked)")
     return True
+
+
+# glibc's, and what every base has (the rootless base's packages): never copied.
+_BASE_LIBRARIES = re.compile(r"^(ld-linux.*|lib(c|m|mvec|pthread|dl|rt|resolv|util|anl|"
+                             r"nsl|crypt|z|stdc\+\+|gcc_s)\.so[.0-9]*)$")
+
+
+def _copy_host_libraries(tree: Path) -> None:
+    """The host's shared libraries that R's binaries need beyond glibc, copied into
+    ``R_HOST_LIBS``: a base that has only a few packages' files (rootless sandboxes,
+    Kubernetes images) lacks them; where the host's own are there (a root sandbox), R
+    finds those first."""
+    from agent_sandbox.backends.runc.templates import rootless_base
+
+    elves = [str(p) for p in tree.rglob("*") if p.is_file() and not p.is_symlink()
+             and (".so" in p.name or p.parent.name == "exec")]
+    own = {p.name for p in tree.rglob("*.so*")}
+    folder = tree / R_HOST_LIBS.lstrip("/")
+    folder.mkdir(parents=True, exist_ok=True)
+    for lib in sorted(rootless_base.library_closure(elves)):
+        name = os.path.basename(lib)
+        if name in own or _BASE_LIBRARIES.match(name) or not lib.startswith(("/usr/", "/lib")):
+            continue
+        if not (folder / name).exists():
+            shutil.copyfile(os.path.realpath(lib), folder / name)
+            os.chmod(folder / name, 0o644)
+    # R runs `which` (utils' .onLoad): an alternatives link, no package's file, so a
+    # base made of packages' files lacks it.
+    which = tree / "usr/bin/which"
+    if os.path.islink("/usr/bin/which") and not os.path.lexists(which):
+        which.parent.mkdir(parents=True, exist_ok=True)
+        which.symlink_to(os.readlink("/usr/bin/which"))
 
 
 def _relocate(env_dir: Path, target: str) -> None:

@@ -146,6 +146,9 @@ def _library_closure(binaries: list[str]) -> set[str]:
     return found
 
 
+library_closure = _library_closure  # for templates that add binaries (code_interpreter)
+
+
 def _source_of(usr_path: str) -> str:
     """Where a /usr path lives on the host (an unmerged host keeps /bin apart)."""
     if os.path.lexists(usr_path):
