@@ -78,8 +78,9 @@ if [ "$(cat /proc/sys/kernel/keys/root_maxkeys 2>/dev/null || echo 0)" -lt 10000
         || say "warning: could not raise kernel.keys.root_maxkeys (sandboxes cap near 200)"
 fi
 
-# The code-interpreter-v1 template (a Python environment with a Jupyter kernel), from the
-# package index once, into the shared templates directory (ABX_SHARED_TEMPLATES_DIR,
+# The code-interpreter-v1 template (a Python environment with a Jupyter kernel, Bash's
+# kernel, Deno's for JavaScript and TypeScript from the npm registry where npm is, R and
+# IRkernel from Debian's packages where apt can fetch them), from the package index once, into the shared templates directory (ABX_SHARED_TEMPLATES_DIR,
 # default /var/lib/agent-sandbox-templates): every user of the host, rootless ones too,
 # runs it without a copy of their own. Later runs only check it (well under a second).
 # Offline the setup still succeeds: run_command and the file tools work on base.

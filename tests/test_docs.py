@@ -123,6 +123,8 @@ COMMANDS: dict[tuple[str, str], Command] = {
     ("docs/cli.md", r"^abx sandbox shell SBX"): Tty(keys=((r"[#$] $", "exit\n"),)),
     ("docs/cli.md", r"run-code SBX 'print"): Run(out=(r"^2$",), needs=("code",),
                                                  sbx="code-interpreter-v1"),
+    ("docs/cli.md", r"run-code SBX -l bash"): Run(out=(r"^42$",), needs=("code",),
+                                                  sbx="code-interpreter-v1"),
     ("docs/cli.md", r"run-code SBX --save-dir"): Run(out=(r"as plots/image-1\.png$",),
                                                      needs=("code",), sbx="code-interpreter-v1"),
     ("docs/snapshots.md", r"abx sandbox snapshot SBX"): Run(out=(r"^snap-",), needs=("criu",)),

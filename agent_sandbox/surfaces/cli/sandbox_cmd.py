@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from agent_sandbox.core.code_languages import LANGUAGES
 from agent_sandbox.surfaces.cli import cell_output, copy_cmd, port_cmd, shell_cmd
 from agent_sandbox.surfaces.cli.exec_cmd import EPILOG, ExecCommand, exec_
 from agent_sandbox.surfaces.cli.info_view import ago, info_table, size
@@ -264,11 +265,17 @@ app.command(name="exec", cls=ExecCommand, epilog=EPILOG)(exec_)
 
 @app.command("run-code", epilog="Examples:\n\n  abx sandbox run-code sbx-a1b2c3d4e5 'print(1+1)'"
                                 "\n\n  abx sandbox run-code sbx-a1b2c3d4e5 --save-dir plots "
-                                "'import matplotlib.pyplot as plt; plt.plot([1, 3, 2])'")
+                                "'import matplotlib.pyplot as plt; plt.plot([1, 3, 2])'"
+                                "\n\n  abx sandbox run-code sbx-a1b2c3d4e5 --language js "
+                                "'[1, 2].map((x) => x * 2)'")
 def run_code(sandbox_id: IdArg,
              code: Annotated[str, typer.Argument(help="Code to run ('-' reads stdin).")],
              timeout: Annotated[float, typer.Option(help="Seconds before the cell is "
                                                     "interrupted.")] = 60,
+             language: Annotated[str | None, typer.Option(
+                 "--language", "-l", help="The cell's language: "
+                 f"{', '.join(LANGUAGES)} (default python); each has its own default "
+                 "context.")] = None,
              save_dir: Annotated[Path | None, typer.Option(
                  "--save-dir", metavar="DIR", help="Save the cell's images (a figure, "
                  "display() of one: png, jpeg, svg, pdf) in DIR as image-1.png, image-2.png "
@@ -286,7 +293,7 @@ def run_code(sandbox_id: IdArg,
         code = sys.stdin.read()
     sb = _sandbox(sandbox_id)
     quiet = want_json(json_out)
-    execution = sb.run_code(code, timeout=timeout,
+    execution = sb.run_code(code, timeout=timeout, language=language,
                             on_stdout=None if quiet else _write(sys.stdout),
                             on_stderr=None if quiet else _write(sys.stderr))
     if quiet:
