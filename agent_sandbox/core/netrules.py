@@ -32,20 +32,25 @@ BLOCKED_V6 = ("::/128", "::1/128", "::ffff:0:0/96", "fc00::/7", "fe80::/10", "ff
 MODES: tuple[str, ...] = ("off", "allowlist", "full")
 
 
-def blocked_address(address: str, open_ranges: Iterable[str] = ()) -> bool:
-    """Is ``address`` one no policy reaches (not global, or in the blocked ranges) and no
-    range the operator opened (ABX_NETWORK_OPEN_RANGES) holds? Not an address: blocked."""
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+BLOCKED_NETWORKS: tuple[Network, ...] = tuple(ipaddress.ip_network(r)
+                                               for r in (*BLOCKED_V4, *BLOCKED_V6))
+
+
+def blocked_address(address: str, open_ranges: Iterable[Network] = (),
+                    blocked: Iterable[Network] = BLOCKED_NETWORKS) -> bool:
+    """Is ``address`` one no policy reaches (not global, or in ``blocked``) and no range
+    the operator opened (ABX_NETWORK_OPEN_RANGES) holds? Not an address: blocked.
+    IPv4-mapped IPv6 is judged as the IPv4 address it is."""
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
         return True
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
-    if any(ip in ipaddress.ip_network(r, strict=False) for r in open_ranges):
+    if any(ip in n for n in open_ranges):
         return False
-    blocked = BLOCKED_V4 if ip.version == 4 else BLOCKED_V6
-    return not ip.is_global or any(ip in ipaddress.ip_network(r) for r in blocked)
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+    return not ip.is_global or any(ip in n for n in blocked)  # `in` is False across versions
 
 # What each package manager's installer really downloads from.
 PRESETS: dict[str, tuple[str, ...]] = {

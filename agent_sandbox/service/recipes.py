@@ -241,7 +241,8 @@ class RecipeBuild:
             except OSError:
                 raise NotFoundError(f"recipe line 1: FROM {ref}: the registry {host} does not "
                                     "resolve from this host") from None
-        opened = self.service.config.network_open_ranges
+        opened = [ipaddress.ip_network(r, strict=False)
+                  for r in self.service.config.network_open_ranges]
         for address in addresses:
             if blocked_address(address, opened):
                 raise PermissionDeniedError(

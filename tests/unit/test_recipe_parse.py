@@ -94,11 +94,14 @@ def test_the_registry_of_an_image_reference(ref: str, registry: str | None) -> N
 
 
 def test_addresses_no_build_reaches_unless_opened() -> None:
+    import ipaddress
+
     from agent_sandbox.core.netrules import blocked_address
 
     assert not blocked_address("93.184.216.34")
     for address in ("127.0.0.2", "10.1.2.3", "169.254.169.254", "::1", "::ffff:10.0.0.1",
                     "fd00::1", "not-an-address"):
         assert blocked_address(address), address
-    assert not blocked_address("127.0.0.2", ["127.0.0.2/32"])
-    assert blocked_address("127.0.0.3", ["127.0.0.2/32"])
+    opened = [ipaddress.ip_network("127.0.0.2/32")]
+    assert not blocked_address("127.0.0.2", opened)
+    assert blocked_address("127.0.0.3", opened)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_sandbox.core.errors import InvalidArgumentError
-from agent_sandbox.core.netrules import Policy, Rules
+from agent_sandbox.core.netrules import Network, Policy, Rules, blocked_address
 
 # Names resolve to addresses of this range (benchmarking, never routed), one per name: the
 # sandbox never learns real addresses, and a connection's address says which name it is for.
@@ -28,7 +28,6 @@ _PROXY_URL = f"http://{GATEWAY}:{PROXY_PORT}"
 PROXY_ENV = {"HTTP_PROXY": _PROXY_URL, "HTTPS_PROXY": _PROXY_URL, "http_proxy": _PROXY_URL,
              "https_proxy": _PROXY_URL, "NO_PROXY": "localhost,127.0.0.1,::1",
              "no_proxy": "localhost,127.0.0.1,::1"}
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 # The engine's setting (config/engine.py) that opens a blocked range: refusals name it.
 OPEN_RANGES_SETTING = "ABX_NETWORK_OPEN_RANGES"
 
@@ -47,16 +46,8 @@ class ProxyConfig:
 
     def is_blocked(self, address: str) -> bool:
         """Never connect here: the host, private, link-local... unless the operator opened
-        the range. IPv4-mapped IPv6 is judged as the IPv4 address it is."""
-        try:
-            ip = ipaddress.ip_address(address)
-        except ValueError:
-            return True
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
-        if any(ip in n for n in self.open_ranges):
-            return False
-        return not ip.is_global or any(ip in n for n in self.blocked)
+        the range."""
+        return blocked_address(address, self.open_ranges, self.blocked)
 
     def blocking_range(self, address: str) -> str:
         """Why ``address`` is blocked, for people: the narrowest blocked range holding it
