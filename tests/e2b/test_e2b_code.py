@@ -9,29 +9,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import threading
-from collections.abc import Iterator
 
 import httpx
 import pytest
 from e2bgateway import E2BGateway
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def ci(e2b_gateway: E2BGateway, code_template: str) -> Iterator[object]:
-    """``e2b_code_interpreter.Sandbox.create()`` (its default template, code-interpreter-v1)
-    as key A; the SDK keeps the URLs and key it was created with."""
-    from e2b_code_interpreter import Sandbox
-
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in e2b_gateway.env("a").items():
-            mp.setenv(name, value)
-        sb = Sandbox.create(timeout=600)
-        try:
-            yield sb
-        finally:
-            sb.kill()
 
 
 def test_state_is_kept_between_cells(ci: object) -> None:

@@ -6,26 +6,9 @@ Bash in ``bash_kernel``. One sandbox for the module."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from e2bgateway import E2BGateway
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def ci(e2b_gateway: E2BGateway, code_template: str) -> Iterator[object]:
-    from e2b_code_interpreter import Sandbox
-
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in e2b_gateway.env("a").items():
-            mp.setenv(name, value)
-        sb = Sandbox.create(timeout=600)
-        try:
-            yield sb
-        finally:
-            sb.kill()
 
 
 def _needs(ci: object, language: str) -> None:
