@@ -358,6 +358,8 @@ class _Answer:
         trailers = b""
         while (line := await self._until(b"\r\n")) != b"\r\n":
             trailers += line
+            if len(trailers) > MAX_ANSWER_HEAD:  # as an answer's head: bounded, whole
+                raise ConnectionResetError(f"the answer of {self.name} has too many trailers")
         await self.client.sendall(b"0\r\n" + self.redactor.blank(trailers) + b"\r\n")
 
     async def _chunk(self, data: bytes) -> None:
