@@ -207,7 +207,7 @@ class RecipeBuild:
             built_by = tmpl.build_inputs.get("owner", "") if tmpl.kind == "recipe" else ""
             if self.owner and built_by and built_by != self.owner:
                 raise NotFoundError(f"recipe line 1: FROM {ref}: template not found")
-            return tmpl, digest("FROM", tmpl.name, [(x.target, x.lowers) for x in tmpl.layers],
+            return tmpl, digest("FROM", tmpl.name, self.layers.identity(tmpl),
                                 tmpl.build_inputs.get("recipe_key"))
         if self.owner:  # a gateway's tenant: never a file of the host
             registry = recipes.image_registry(ref)

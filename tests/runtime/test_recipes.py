@@ -125,6 +125,26 @@ def test_an_unchanged_recipe_is_all_cached_and_a_change_rebuilds_from_it(
     assert _cached(events) == [True] * 7 + [False, True, True]  # from the changed step on
 
 
+def test_the_host_changing_under_base_keeps_the_cache(
+        svc: SandboxService, index: str, context: Path, built: list[dict[str, Any]]) -> None:
+    """Base is the host's OS as it is: a user added to its /etc (a new /etc snapshot)
+    rebuilds nothing, and the template then runs on the new snapshot."""
+    store = svc.backend.recipes().store
+    before = store.ensure_base()
+    marker = Path(f"/etc/abx-test-{os.getpid()}-{time.time_ns()}")
+    marker.write_text("new\n")
+    try:
+        store.refresh_base()
+        assert store.ensure_base().layers != before.layers  # a new /etc snapshot
+        _info, events = _build(svc, "recipe-test", _recipe(index), context)
+        assert all(_cached(events)), _cached(events)
+        with Sandbox.create(template="recipe-test") as sb:
+            assert sb.commands.run(f"cat {marker}").stdout == "new\n"
+    finally:
+        marker.unlink()
+        store.refresh_base()
+
+
 def test_a_failing_step_leaves_no_template_and_keeps_the_layers_before(
         svc: SandboxService, context: Path, built: list[dict[str, Any]]) -> None:
     text = "FROM base\nENV GREETING=hi\nWORKDIR /opt/app\nCOPY --chown=user app/ ./\n" \
