@@ -17,8 +17,6 @@ from agent_sandbox.backends.runc.templates.base import user_copy_base
 from agent_sandbox.backends.runc.templates.store import TemplateStore
 from agent_sandbox.core.templates import BASE, Layer, Template
 
-_HOST_DIRS = frozenset({"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"})
-
 
 def image_base(data_dir: Path) -> Template:
     """The self-contained base every image stands on (built once per host package set)."""
@@ -32,18 +30,12 @@ def image_layers(store: TemplateStore, template: Template, base: Template) -> li
     """``template``'s layers with this host's base replaced by the image base ``base``."""
     if template.kind == "base":
         return [Layer(layer.target, list(layer.lowers)) for layer in base.layers]
-    host_base = store.ensure_base()
-    base_lowers = {lower for layer in host_base.layers for lower in layer.lowers}
-    base_dir = str(store.root / BASE) + "/"
     by_target = {layer.target: layer.lowers for layer in base.layers}
     out: list[Layer] = []
     for layer in template.layers:
         lowers: list[str] = []
         for lower in layer.lowers:
-            if lower in base_lowers or lower in _HOST_DIRS or lower.startswith(base_dir):
-                subs = by_target.get(layer.target, [])
-            else:
-                subs = [lower]
+            subs = by_target.get(layer.target, []) if store.is_base_lower(lower) else [lower]
             lowers += [s for s in subs if s not in lowers]
         if lowers:
             out.append(Layer(layer.target, lowers))

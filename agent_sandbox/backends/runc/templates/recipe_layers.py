@@ -54,7 +54,7 @@ from agent_sandbox.core.errors import (
     WrongStateError,
 )
 from agent_sandbox.core.recipe import image_registry
-from agent_sandbox.core.templates import BASE, Layer, Template, validate_name
+from agent_sandbox.core.templates import Layer, Template, validate_name
 
 LAYERS = ".layers"
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -84,11 +84,8 @@ class RecipeLayers:
         """What a recipe's ``FROM tmpl`` is keyed by: its layers, with base's written as
         "base". Base is the host's OS as it is now: a package upgraded in /usr or a user
         added to /etc keeps the cache, as a registry's image does until pulled again."""
-        base = self.store.ensure_base()
-        host = {lower for layer in base.layers for lower in layer.lowers}
-        base_dir = self.store.path(BASE)
-        return [(layer.target, ["base" if lower in host or Path(lower).parent == base_dir
-                                else lower for lower in layer.lowers])
+        return [(layer.target, ["base" if self.store.is_base_lower(lower) else lower
+                                for lower in layer.lowers])
                 for layer in tmpl.layers]
 
     def compose(self, parent: Template, keys: list[str]) -> list[Layer]:

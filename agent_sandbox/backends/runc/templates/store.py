@@ -246,7 +246,15 @@ class TemplateStore:
         with self._base_lock:
             self._base = self._assemble_base(self.root / BASE)
 
+    def is_base_lower(self, lower: str) -> bool:
+        """Whether a template's lower directory is this host's base (the host's /usr,
+        /bin..., base's skeleton, any /etc snapshot, today's or an older one)."""
+        host = {low for layer in self.ensure_base().layers for low in layer.lowers}
+        return (lower in host or lower in _HOST_DIRS
+                or Path(lower).is_relative_to(self.root / BASE))
 
+
+_HOST_DIRS = frozenset({"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"})
 _COMMAND_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 
 
