@@ -40,6 +40,7 @@ _K8S_ID = re.compile(r"^tests/kubernetes/|\[(?:.*-)?kubernetes(?:-.*)?\]$")
 
 # The longest groups start first, so that no worker is left with one at the end.
 _LONGEST = ("kubernetes", "tests/test_docs.py", "tests/runtime/test_rootless.py")
+_CODE_LAST = "tests/kubernetes/test_k8s_code.py"
 
 
 def group_of(nodeid: str) -> str:
@@ -61,7 +62,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Integration tests (marked: real runc sandboxes, servers, mounts) need root and runc;
     unit tests run in-process as any user, and are in the quick tier."""
     rank = {group: n for n, group in enumerate(_LONGEST)}
-    items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(rank)))
+    # The code image's push (minutes) runs meanwhile in the background: its tests go last.
+    items.sort(key=lambda item: (rank.get(group_of(item.nodeid), len(rank)),
+                                 item.nodeid.startswith(_CODE_LAST)))
     for item in items:
         if item.get_closest_marker("integration") is None:
             item.add_marker(pytest.mark.quick)  # a unit test is always in the quick tier

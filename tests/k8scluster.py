@@ -16,8 +16,9 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 KUBECONFIG = Path(os.environ.get("ABX_K8S_STATE", "/var/lib/abx-k8s")) / "kubeconfig"
@@ -30,6 +31,19 @@ VOLUMES = "/var/lib/abx-k8s-test-volumes"
 class TestCluster:
     namespace: str
     env: dict[str, str]
+    _pusher: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1))
+    _pushes: dict[str, Future[None]] = field(default_factory=dict)
+
+    def push_soon(self, template: str) -> None:
+        """Start pushing ``template`` in the background (the other Kubernetes tests run
+        meanwhile: a big image takes minutes to import into every node)."""
+        if template not in self._pushes:
+            self._pushes[template] = self._pusher.submit(push, template, self.env)
+
+    def pushed(self, template: str) -> None:
+        """``template`` in the namespace, its push started now if not before."""
+        self.push_soon(template)
+        self._pushes[template].result()
 
     def core(self) -> object:
         from kubernetes import client, config
@@ -84,8 +98,12 @@ def session_namespace() -> Iterator[TestCluster]:
     core.create_namespace({"metadata": {"name": namespace}})  # type: ignore[attr-defined]
     try:
         push("base", cluster.env)
+        code = code_interpreter_built()
+        if code:
+            cluster.push_soon(code)
         yield cluster
     finally:
+        cluster._pusher.shutdown(cancel_futures=True)
         _drop_provider(cluster.env)
         core.delete_namespace(namespace, body=client.V1DeleteOptions(  # type: ignore[attr-defined]
             grace_period_seconds=0, propagation_policy="Background"))
@@ -95,6 +113,15 @@ def session_namespace() -> Iterator[TestCluster]:
                 with contextlib.suppress(ApiException):  # already deleted by its test
                     core.delete_persistent_volume(pv.metadata.name)  # type: ignore[attr-defined]
         shutil.rmtree(f"{VOLUMES}/{namespace}", ignore_errors=True)
+
+
+def code_interpreter_built() -> str | None:
+    """code-interpreter-v1's name if setup built it (then its image is pushed early)."""
+    from agent_sandbox.backends.runc.templates import code_interpreter
+    from agent_sandbox.config.settings import Settings
+
+    built = Settings().shared_templates_dir / code_interpreter.NAME / "template.json"
+    return code_interpreter.NAME if built.is_file() else None
 
 
 def _drop_provider(env: dict[str, str]) -> None:

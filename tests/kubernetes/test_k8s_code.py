@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import k8scluster
 import pytest
 
 from agent_sandbox import Sandbox
@@ -17,7 +16,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def code_sandbox(k8s_cluster: Any, code_template: str) -> Iterator[Sandbox]:
-    k8scluster.push(code_template, k8s_cluster.env)
+    k8s_cluster.pushed(code_template)
     with pytest.MonkeyPatch.context() as mp:
         for name, value in k8s_cluster.env.items():
             mp.setenv(name, value)
