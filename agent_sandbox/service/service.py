@@ -49,6 +49,7 @@ from agent_sandbox.service.terminals import Terminals
 
 READY_TIMEOUT = 60.0  # seconds a recipe template's ready check may take at create
 MAX_BUILDS_PER_OWNER = 2  # recipe builds one API key may run at once
+REAP_GAP = 0.1  # seconds between reaper passes at least, however often it is woken
 
 
 class SandboxService(GuestOps, DirOps, Terminals, FileLocks, SnapshotOps):
@@ -73,6 +74,7 @@ class SandboxService(GuestOps, DirOps, Terminals, FileLocks, SnapshotOps):
 
     def close(self) -> None:
         self._stop.set()
+        self.reaper_wake.set()
         self._ports.close()
         self.code.close()
         self.backend.close()
@@ -83,7 +85,9 @@ class SandboxService(GuestOps, DirOps, Terminals, FileLocks, SnapshotOps):
     def create(self, *, owner: str = "", **options: Any) -> SandboxInfo:
         spec = CreateSpec.of(options)
         if spec.snapshot is not None:
-            return self.fork(spec, owner)
+            forked = self.fork(spec, owner)
+            self.reaper_wake.set()
+            return forked
         template = self.backend.template(spec.template, creating=True)
         built_by = template.build_inputs.get("owner", "") if template.kind == "recipe" else ""
         if built_by and owner and built_by != owner:  # another tenant's recipe template
@@ -91,6 +95,7 @@ class SandboxService(GuestOps, DirOps, Terminals, FileLocks, SnapshotOps):
         info = self._create(spec, template, owner)
         if template.start_cmd or template.ready_cmd:  # a recipe's (here, or pushed)
             self._start_template(info.sandbox_id, template)
+        self.reaper_wake.set()  # its deadline may be the next
         return info
 
     def _start_template(self, sandbox_id: str, template: Template) -> None:
@@ -205,6 +210,7 @@ class SandboxService(GuestOps, DirOps, Terminals, FileLocks, SnapshotOps):
     def resume(self, sandbox_id: str) -> SandboxInfo:
         self.row(sandbox_id)
         self.backend.resume(sandbox_id)
+        self.reaper_wake.set()
         return self.info(sandbox_id)
 
     def reset_rootfs(self, sandbox_id: str) -> SandboxInfo:
@@ -217,6 +223,7 @@ class SandboxService(GuestOps, DirOps, Terminals, FileLocks, SnapshotOps):
         timeout = CreateSpec.of(timeout=timeout).timeout
         self.row(sandbox_id)
         self.backend.update(sandbox_id, timeout=timeout, last_used=time.time())
+        self.reaper_wake.set()  # the deadline moved: shorter ones fire on time
 
     def set_network(self, sandbox_id: str, network: NetworkSpec) -> None:
         """Change what a sandbox may reach, without restarting it: its rules are replaced
@@ -343,8 +350,9 @@ class SandboxService(GuestOps, DirOps, Terminals, FileLocks, SnapshotOps):
         return self.backend.describe()
 
     # idle timeouts --------------------------------------------------------------------------
-    def reap_once(self, now: float | None = None) -> None:
-        """Act on the reaper's decision for every sandbox (``lifecycle.decide``)."""
+    def reap_once(self, now: float | None = None) -> float | None:
+        """Act on the reaper's decision for every sandbox (``lifecycle.decide``); returns
+        when the next may be due (``lifecycle.next_change``; None: none by the clock)."""
         now = time.time() if now is None else now
         for record in self.backend.records():
             try:
@@ -357,6 +365,29 @@ class SandboxService(GuestOps, DirOps, Terminals, FileLocks, SnapshotOps):
                     self.end(record, step)
             except Exception:  # noqa: BLE001 - one bad sandbox must not stop the reaper
                 continue
+        return self.next_reap()
+
+    def next_reap(self) -> float | None:
+        """The earliest time the reaper's decision may change for any sandbox."""
+        times = [self.next_change(r) for r in self.backend.records()]
+        return min((t for t in times if t is not None), default=None)
+
+    def next_change(self, record: SandboxRecord) -> float | None:
+        return lifecycle.next_change(record, busy=self.activity.active(record.id),
+                                     paused_stop_after=self.config.paused_stop_after,
+                                     paused_max_age=self.config.paused_max_age)
+
+    def wait_reap(self, due: float | None, longest: float) -> bool:
+        """Sleep until ``due`` (a time from ``reap_once``), at most ``longest`` seconds, or
+        until a change wakes the reaper; True once the service is closing. No polling:
+        a timeout fires at its deadline, whatever ``longest`` is."""
+        wait = longest if due is None else min(longest, max(0.0, due - time.time()) + 0.01)
+        # Not sooner than REAP_GAP after the last pass: a busy sandbox's calls each end
+        # with a wake, and a new deadline is always a timeout (>= 1 s) away.
+        time.sleep(min(wait, REAP_GAP))
+        self.reaper_wake.wait(max(0.0, wait - REAP_GAP))
+        self.reaper_wake.clear()  # changes from here on wake the next wait
+        return self._stop.is_set()
 
     def decide(self, record: SandboxRecord, now: float) -> lifecycle.Step | None:
         return lifecycle.decide(record, now, busy=self.activity.active(record.id),
@@ -374,10 +405,18 @@ class SandboxService(GuestOps, DirOps, Terminals, FileLocks, SnapshotOps):
                           volume="kept" if record.keep_volume else "deleted")
 
     def _reap_loop(self) -> None:
-        while not self._stop.wait(self.config.reaper_interval):
+        """Reaps at each sandbox's next deadline (or when woken); the rest of the upkeep
+        (orphaned build steps, the backend's) every ``reaper_interval`` seconds."""
+        interval = self.config.reaper_interval
+        due: float | None = None
+        upkeep = time.monotonic() + interval
+        while not self.wait_reap(due, max(0.0, upkeep - time.monotonic())):
             try:
-                self.reap_once()
-                kill_orphan_steps(self)  # of recipe builds whose process died mid-step
-                self.backend.maintain()
+                due = self.reap_once()
+                if time.monotonic() >= upkeep:
+                    upkeep = time.monotonic() + interval
+                    kill_orphan_steps(self)  # of recipe builds whose process died mid-step
+                    self.backend.maintain()
             except Exception:  # noqa: BLE001 - keep reaping whatever happened
+                due = None
                 continue

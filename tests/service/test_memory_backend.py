@@ -90,3 +90,21 @@ def test_secrets_need_an_engine_that_injects_them(service: SandboxService,
         service.create(secrets=["k8s"], network="api.example.com")
     assert len(service.list()) == before
     service.delete_secret("k8s")
+
+
+def test_a_shortened_timeout_fires_at_its_deadline(service: SandboxService) -> None:
+    """The reaper sleeps until the next deadline (``next_reap``), woken by a change: a
+    timeout set shorter is acted on when it falls due, not at the next periodic look."""
+    import time
+
+    sid = service.create(timeout=600).sandbox_id
+    try:
+        service.set_timeout(sid, 1)
+        due = service.next_reap()
+        assert due is not None and due <= service.info(sid).expires_at + 0.5
+        give_up = time.monotonic() + 60  # a bound for a stuck reaper, not a timing check
+        while service.info(sid).state != "paused" and time.monotonic() < give_up:
+            time.sleep(0.05)
+        assert service.info(sid).state == "paused"
+    finally:
+        service.kill(sid, delete_volume=True)
