@@ -31,16 +31,14 @@ from agent_sandbox.core.secrets import MAX_SECRETS, SecretInfo
 from agent_sandbox.core.secrets import check_name as check_secret_name
 from agent_sandbox.core.spec import CreateSpec
 from agent_sandbox.core.states import SandboxState
-from agent_sandbox.surfaces.e2b import tags, templates
+from agent_sandbox.surfaces.e2b import envd, tags, templates
 from agent_sandbox.surfaces.e2b.catalog import tags_for
 from agent_sandbox.surfaces.e2b.tokens import AccessTokens
 from agent_sandbox.surfaces.http.auth import Principal, check_network, check_sandbox, principal
 from agent_sandbox.surfaces.http.errors import log
 from agent_sandbox.surfaces.http.state import GatewayState
 
-# The envd API version this gateway answers as: no higher than the features of envd the
-# SDKs gate on that surfaces/e2b really serves (see docs/e2b.md).
-ENVD_VERSION = "0.5.7"
+ENVD_VERSION = envd.VERSION
 MAX_TIMEOUT = min(24 * 3600, MAX_SANDBOX_TIMEOUT)  # E2B's own bound, and ours
 MAX_BODY = 1 << 20  # bytes of a request body (a create's metadata and envVars: plenty)
 
