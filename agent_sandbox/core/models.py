@@ -69,6 +69,17 @@ class ProcessInfo(BaseModel):
     started_at: float = 0.0
 
 
+class SandboxLogEntry(BaseModel):
+    """A line of a sandbox's log (``Sandbox.get_logs``, E2B's sandbox logs): what happened
+    to it (``lifecycle``: created, paused, resumed, its timeout or network changed) and
+    what its template's start command printed (``start``)."""
+
+    timestamp: float  # Unix seconds
+    level: Literal["debug", "info", "warn", "error"] = "info"
+    message: str = Field(max_length=4096)
+    source: Literal["lifecycle", "start"] = "lifecycle"
+
+
 class ProcessOutput(BaseModel):
     pid: int
     stdout: str

@@ -24,6 +24,7 @@ from agent_sandbox.core.models import (
     ProcessOutput,
     Result,
     SandboxInfo,
+    SandboxLogEntry,
     SnapshotInfo,
     TemplateInfo,
     VolumeInfo,
@@ -71,6 +72,10 @@ class Provider(Protocol):
                 end: float | None = None) -> list[SandboxMetrics]:
         """Its resource use over time: a sample is read now (when it runs) and the
         samples kept since (``start``..``end``, Unix seconds) are returned, oldest first."""
+        ...
+    def logs(self, sandbox_id: str) -> list[SandboxLogEntry]:
+        """Its log, oldest first: what happened to it and its start command's output
+        (``service/sandbox_logs.py``; the last 1000 lines)."""
         ...
 
     # commands

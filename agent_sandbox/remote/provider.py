@@ -30,6 +30,7 @@ from agent_sandbox.core.models import (
     ProcessOutput,
     Result,
     SandboxInfo,
+    SandboxLogEntry,
     SnapshotInfo,
     TemplateInfo,
     VolumeInfo,
@@ -149,6 +150,9 @@ class RemoteProvider:
         found = self._call("GET", self._sb(sandbox_id, "/metrics"), params={
             k: v for k, v in (("start", start), ("end", end)) if v is not None})
         return [SandboxMetrics(**m) for m in found]
+
+    def logs(self, sandbox_id: str) -> list[SandboxLogEntry]:
+        return [SandboxLogEntry(**e) for e in self._call("GET", self._sb(sandbox_id, "/logs"))]
 
     def pause(self, sandbox_id: str) -> SandboxInfo:
         return SandboxInfo(**self._call("POST", self._sb(sandbox_id, "/pause")))
