@@ -59,6 +59,12 @@ class SandboxLogs:
         with self._lock:
             self._logs.pop(sandbox_id, None)
 
+    def keep_only(self, sandbox_ids: set[str]) -> None:
+        """Drop the logs of sandboxes gone by another way (another process ended them)."""
+        with self._lock:
+            for gone in set(self._logs) - sandbox_ids:
+                del self._logs[gone]
+
 
 def output_lines(stdout: str, stderr: str, at: float) -> list[SandboxLogEntry]:
     """A start command's output as log lines (stderr's at level error), each cut."""

@@ -382,7 +382,9 @@ class SandboxService(GuestOps, DirOps, Terminals, FileLocks, SnapshotOps):
         """Act on the reaper's decision for every sandbox (``lifecycle.decide``); returns
         when the next may be due (``lifecycle.next_change``; None: none by the clock)."""
         now = time.time() if now is None else now
-        for record in self.backend.records():
+        records = self.backend.records()
+        self._logs.keep_only({r.id for r in records})
+        for record in records:
             try:
                 step = self.decide(record, now)
                 if step is lifecycle.Step.PAUSE:
@@ -398,7 +400,8 @@ class SandboxService(GuestOps, DirOps, Terminals, FileLocks, SnapshotOps):
         return self.next_reap()
 
     def next_reap(self) -> float | None:
-        """The earliest time the reaper's decision may change for any sandbox."""
+        """The earliest time the reaper's decision may change for any sandbox (read after
+        this pass acted: a sandbox paused now has a later deadline)."""
         times = [self.next_change(r) for r in self.backend.records()]
         return min((t for t in times if t is not None), default=None)
 
