@@ -180,6 +180,18 @@ def test_signed_urls(sb: Any, e2b_gateway: E2BGateway) -> None:
     assert sb.files.read("signed.txt") == "for a browser"
     assert _get(_with(upload, path="up/loaded.txt"))[0] == 401  # a write's does not read
 
+    # The domain mode (<port>-<id>.<domain> behind a proxy): the host names the sandbox,
+    # the signature is still checked.
+    import httpx2
+
+    query = urllib.parse.urlsplit(url).query
+    host = {"Host": f"49983-{sb.sandbox_id}.sbx.example.test"}
+    assert httpx2.get(f"{e2b_gateway.url}/files?{query}", headers=host,
+                      timeout=60).content == b"for a browser"
+    forged = urllib.parse.urlsplit(_with(url, path="/etc/passwd")).query
+    assert httpx2.get(f"{e2b_gateway.url}/files?{forged}", headers=host,
+                      timeout=60).status_code == 401
+
 
 def test_our_sdk_keeps_metadata_too(sb: Any, e2b_gateway: E2BGateway) -> None:
     from agent_sandbox.remote.provider import RemoteProvider
