@@ -47,8 +47,9 @@ class ServiceHooks(Protocol):
         """When the reaper's decision for it may next change (``lifecycle.next_change``)."""
         ...
 
-    def wait_reap(self, due: float | None, longest: float) -> bool:
-        """Sleep until ``due``, at most ``longest`` s, or a change; True: closing."""
+    def wait_reap(self, due: float | None, longest: float, gap: float = ...) -> bool:
+        """Sleep until ``due``, at most ``longest`` s, or a change (not sooner than ``gap``
+        s after the last pass); True: closing."""
         ...
 
     def pooled(self, record: SandboxRecord) -> None:

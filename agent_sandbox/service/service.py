@@ -410,15 +410,15 @@ class SandboxService(GuestOps, DirOps, Terminals, FileLocks, SnapshotOps):
                                      paused_stop_after=self.config.paused_stop_after,
                                      paused_max_age=self.config.paused_max_age)
 
-    def wait_reap(self, due: float | None, longest: float) -> bool:
+    def wait_reap(self, due: float | None, longest: float, gap: float = REAP_GAP) -> bool:
         """Sleep until ``due`` (a time from ``reap_once``), at most ``longest`` seconds, or
         until a change wakes the reaper; True once the service is closing. No polling:
         a timeout fires at its deadline, whatever ``longest`` is."""
         wait = longest if due is None else min(longest, max(0.0, due - time.time()) + 0.01)
-        # Not sooner than REAP_GAP after the last pass: a busy sandbox's calls each end
+        # Not sooner than ``gap`` after the last pass: a busy sandbox's calls each end
         # with a wake, and a new deadline is always a timeout (>= 1 s) away.
-        time.sleep(min(wait, REAP_GAP))
-        self.reaper_wake.wait(max(0.0, wait - REAP_GAP))
+        time.sleep(min(wait, gap))
+        self.reaper_wake.wait(max(0.0, wait - gap))
         self.reaper_wake.clear()  # changes from here on wake the next wait
         return self._stop.is_set()
 

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from agent_sandbox.backends.kubernetes.pods import Live
 
 log = logging.getLogger(__name__)
-PASS_EVERY = 3.0  # seconds between passes
+PASS_EVERY = 3.0  # seconds between passes, unless a sandbox's deadline comes sooner
+PASS_GAP = 0.5  # seconds between passes at least (each reads the cluster), however woken
 _ORPHAN_AFTER = 120.0  # seconds a Pod without its record is left alone
 
 
@@ -51,7 +52,8 @@ class Supervisor:
 
     def _run(self) -> None:
         due: float | None = None  # the next sandbox's deadline: a pass then, not later
-        while not self.provider.hooks.wait_reap(due, PASS_EVERY) and not self._stop.is_set():
+        hooks = self.provider.hooks
+        while not hooks.wait_reap(due, PASS_EVERY, PASS_GAP) and not self._stop.is_set():
             try:
                 due = self.pass_once()
             except Exception as exc:  # noqa: BLE001 - the next pass tries again
