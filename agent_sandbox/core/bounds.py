@@ -23,6 +23,9 @@ MIN_SIGNAL, MAX_SIGNAL = 1, 64  # the guest's bound
 MAX_FILE_OFFSET = 1 << 62  # the guest's bound on a read's offset and limit
 MAX_MODE = 0o7777  # permission bits of a file written
 MAX_DEPTH = 64  # list_files
+# A file's metadata (E2B's: user xattrs named user.e2b.<key>): its names (with the prefix)
+# and values together, in bytes, as envd bounds it (one ext4 block); the guest's equal.
+MAX_FILE_METADATA = 4096
 # File locks (the guest's, equal literals in guest/limits.py): a write waits for its turn
 # at most lock_wait seconds (default 3); an explicit lock lives ttl seconds.
 LOCK_WAIT_DEFAULT = 3.0

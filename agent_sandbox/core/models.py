@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
+from agent_sandbox.core.errors import InvalidArgumentError
+from agent_sandbox.core.file_metadata import check as check_file_metadata
 from agent_sandbox.core.network import NetworkPolicy
 
 
@@ -67,6 +69,17 @@ class ProcessInfo(BaseModel):
     started_at: float = 0.0
 
 
+class SandboxLogEntry(BaseModel):
+    """A line of a sandbox's log (``Sandbox.get_logs``, E2B's sandbox logs): what happened
+    to it (``lifecycle``: created, paused, resumed, its timeout or network changed) and
+    what its template's start command printed (``start``)."""
+
+    timestamp: float  # Unix seconds
+    level: Literal["debug", "info", "warn", "error"] = "info"
+    message: str = Field(max_length=4096)
+    source: Literal["lifecycle", "start"] = "lifecycle"
+
+
 class ProcessOutput(BaseModel):
     pid: int
     stdout: str
@@ -89,6 +102,21 @@ class EntryInfo(BaseModel):
     group: str = Field("", max_length=64, description="its group's name, likewise")
     # A regular file's version (write_file's if_match); None for anything else.
     version: str | None = None
+    # A symlink's: the absolute path it finally resolves to and that entry's type (None:
+    # it dangles, or loops).
+    resolved_target: str | None = None
+    target_type: Literal["file", "dir", "other"] | None = None
+    metadata: dict[str, str] | None = Field(
+        None, description="user-defined metadata (its user.e2b.* xattrs, E2B's file "
+        "metadata), None when it has none")
+
+    @field_validator("metadata")
+    @classmethod
+    def _bounded(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        try:  # a guest's report: within what a write could have set
+            return check_file_metadata(value)
+        except InvalidArgumentError as exc:
+            raise ValueError(exc.message) from None
 
 
 class FileLock(BaseModel):

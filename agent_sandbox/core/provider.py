@@ -24,6 +24,7 @@ from agent_sandbox.core.models import (
     ProcessOutput,
     Result,
     SandboxInfo,
+    SandboxLogEntry,
     SnapshotInfo,
     TemplateInfo,
     VolumeInfo,
@@ -71,6 +72,10 @@ class Provider(Protocol):
                 end: float | None = None) -> list[SandboxMetrics]:
         """Its resource use over time: a sample is read now (when it runs) and the
         samples kept since (``start``..``end``, Unix seconds) are returned, oldest first."""
+        ...
+    def logs(self, sandbox_id: str) -> list[SandboxLogEntry]:
+        """Its log, oldest first: what happened to it and its start command's output
+        (``service/sandbox_logs.py``; the last 1000 lines)."""
         ...
 
     # commands
@@ -121,12 +126,14 @@ class Provider(Protocol):
                    data: bytes | str | Iterable[bytes] | IO[bytes],
                    mode: int = 0o644, user: str | None = None, *,
                    if_match: str | None = None, lock_wait: float | None = None,
-                   lock_token: str | None = None) -> int:
+                   lock_token: str | None = None, metadata: dict[str, str] | None = None
+                   ) -> int:
         """A new file (and the directories made for it) belongs to ``user`` (None: root);
         a replaced one keeps its owner. One write of ours to a path at a time: it waits
         at most ``lock_wait`` s (default 3) for its turn or another holder's lock, else
         ``LockedError``; ``if_match``: only if the file is still at that version, else
-        ``ConflictError``; ``lock_token``: the caller's own lock."""
+        ``ConflictError``; ``lock_token``: the caller's own lock; ``metadata``: the file's
+        (E2B's user.e2b.* xattrs, ``core.file_metadata``), replacing what it had."""
         ...
     def lock_file(self, sandbox_id: str, path: str, ttl: float = 60.0, *,
                   holder: str | None = None, wait: float | None = None,

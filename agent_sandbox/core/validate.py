@@ -8,6 +8,7 @@ from typing import Any
 from agent_sandbox.core import code_languages
 from agent_sandbox.core.bounds import MAX_LOCK_TOKEN, MAX_LOCK_TTL, MAX_LOCK_WAIT, MAX_VERSION
 from agent_sandbox.core.errors import InvalidArgumentError
+from agent_sandbox.core.file_metadata import check as file_metadata  # noqa: F401 - one place
 from agent_sandbox.core.models import CodeContext
 
 # The one environment-variable-name rule (engine, templates, images, MCP tools, gateway

@@ -18,7 +18,13 @@ if __package__:
     from . import protocol as proto
     from .conn import Conn
     from .errors import GuestError, bad, file_kind, os_error
-    from .limits import LIST_CAP, LIST_JSON_CAP, MAX_FILE_OFFSET, STREAM_TIMEOUT
+    from .limits import (
+        LIST_CAP,
+        LIST_JSON_CAP,
+        MAX_FILE_METADATA,
+        MAX_FILE_OFFSET,
+        STREAM_TIMEOUT,
+    )
 else:  # imported by agent.py from the guest's directory
     import checks  # type: ignore[no-redef]
     import locks  # type: ignore[no-redef]
@@ -31,9 +37,15 @@ else:  # imported by agent.py from the guest's directory
     from limits import (  # type: ignore[no-redef]
         LIST_CAP,
         LIST_JSON_CAP,
+        MAX_FILE_METADATA,
         MAX_FILE_OFFSET,
         STREAM_TIMEOUT,
     )
+
+# A file's metadata: xattrs named user.e2b.<key> (E2B's envd), keys HTTP header tokens.
+META_PREFIX = "user.e2b."
+_META_KEY = frozenset("abcdefghijklmnopqrstuvwxyz0123456789!#$%&'*+-.^_`|~")
+_UNSUPPORTED = (errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENODATA)
 
 
 def op_read(conn: Conn, req: Req) -> None:
@@ -115,15 +127,75 @@ def op_write(conn: Conn, req: Req) -> None:
     mode = int(checks.integer(req, "mode", 0o644, 0, 0o7777) or 0)
     append = bool(req.get("append"))
     owner = owner_of(req)
+    metadata = _metadata_of(req)
     wait, token = locks.Locks.wait_of(req), locks.Locks.token_of(req)
     with locks.TABLE.write(path, wait, token):
         locks.check_match(req, path)
-        size, version = _write(conn, req, path, mode, append, owner)
+        size, version = _write(conn, req, path, mode, append, owner, metadata)
     conn.done(size=size, version=version)
 
 
+def _metadata_of(req: Req) -> Optional[Dict[str, str]]:
+    """The write's metadata (checked by the host; held to the same rules here)."""
+    given = req.get("metadata")
+    if given is None:
+        return None
+    if not isinstance(given, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and _good_meta(k, v)
+            for k, v in given.items()):
+        raise bad("metadata must map header-token keys to printable ASCII values")
+    if sum(len(META_PREFIX) + len(k) + len(v) for k, v in given.items()) > MAX_FILE_METADATA:
+        raise bad(f"metadata is over {MAX_FILE_METADATA} bytes")
+    return given
+
+
+def _good_meta(key: str, value: str) -> bool:
+    return bool(key) and all(c in _META_KEY for c in key) and all(
+        " " <= c <= "~" for c in value)
+
+
+def set_metadata(fd: int, path: str, metadata: Optional[Dict[str, str]]) -> None:
+    """Replace the file's metadata with ``metadata`` (None: none); a filesystem without
+    user xattrs keeps none, as envd does."""
+    try:
+        for name in os.listxattr(fd):
+            if name.startswith(META_PREFIX) and name[len(META_PREFIX):] not in (metadata or {}):
+                os.removexattr(fd, name)
+        for key, value in (metadata or {}).items():
+            os.setxattr(fd, META_PREFIX + key, value.encode())
+    except OSError as exc:
+        if exc.errno in _UNSUPPORTED:
+            return
+        raise os_error(exc, path) from None
+
+
+def get_metadata(path: str) -> Optional[Dict[str, str]]:
+    """The file's metadata (following a symlink, as envd), None when it has none. Only
+    what a write could have set is reported, within MAX_FILE_METADATA bytes: a process in
+    the sandbox may set any xattr itself."""
+    try:
+        names = os.listxattr(path)
+    except OSError:
+        return None
+    found: Dict[str, str] = {}
+    size = 0
+    for name in sorted(n for n in names if n.startswith(META_PREFIX)):
+        try:
+            value = os.getxattr(path, name).decode("ascii")
+        except (OSError, UnicodeDecodeError):
+            continue
+        key = name[len(META_PREFIX):]
+        size += len(name) + len(value)
+        if size > MAX_FILE_METADATA:
+            break
+        if _good_meta(key, value):
+            found[key] = value
+    return found or None
+
+
 def _write(conn: Conn, req: Req, path: str, mode: int, append: bool,
-           owner: Optional[users.Account]) -> Tuple[int, Optional[str]]:
+           owner: Optional[users.Account], metadata: Optional[Dict[str, str]]
+           ) -> Tuple[int, Optional[str]]:
     try:
         mode_now = os.stat(path).st_mode
     except OSError:
@@ -137,8 +209,10 @@ def _write(conn: Conn, req: Req, path: str, mode: int, append: bool,
     except OSError as exc:
         raise os_error(exc, parent) from None
     if append:
-        return _write_append(conn, path, mode, owner), locks.current_version(path)
-    return _write_atomic(conn, req, path, mode, owner, new=mode_now is None)
+        size = _write_append(conn, path, mode, owner, req.get("metadata") is not None,
+                             metadata)
+        return size, locks.current_version(path)
+    return _write_atomic(conn, req, path, mode, owner, metadata, new=mode_now is None)
 
 
 def _receive_into(conn: Conn, fd: int, path: str) -> int:
@@ -158,7 +232,8 @@ def _receive_into(conn: Conn, fd: int, path: str) -> int:
             return size
 
 
-def _write_append(conn: Conn, path: str, mode: int, owner: Optional[users.Account]) -> int:
+def _write_append(conn: Conn, path: str, mode: int, owner: Optional[users.Account],
+                  set_meta: bool, metadata: Optional[Dict[str, str]]) -> int:
     flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
     try:
         created = False
@@ -174,13 +249,16 @@ def _write_append(conn: Conn, path: str, mode: int, owner: Optional[users.Accoun
             os.fchmod(fd, mode)  # bypass the umask, like the atomic path does
             if owner is not None:
                 os.fchown(fd, owner.uid, owner.gid)
+        if set_meta:
+            set_metadata(fd, path, metadata)
         return _receive_into(conn, fd, path)
     finally:
         os.close(fd)
 
 
 def _write_atomic(conn: Conn, req: Req, path: str, mode: int,
-                  owner: Optional[users.Account], new: bool) -> Tuple[int, str]:
+                  owner: Optional[users.Account], metadata: Optional[Dict[str, str]],
+                  new: bool) -> Tuple[int, str]:
     directory, name = os.path.split(path)
     # '.abx_' when the file is new, '.abx-' when it replaces one: what a watcher reports
     # of the final rename (surfaces/e2b/envd/watchers.py) differs, as envd's events do.
@@ -197,6 +275,9 @@ def _write_atomic(conn: Conn, req: Req, path: str, mode: int,
             size = _receive_into(conn, fd, path)
             os.fchmod(fd, mode)
             _keep_owner(fd, path, owner)
+            # The new file has none: what is given is all it has (a rewrite clears the
+            # old file's, as envd's does).
+            set_metadata(fd, path, metadata)
             # Checked again as late as can be: a process in the sandbox may have written.
             locks.check_match(req, path)
             try:
@@ -382,7 +463,24 @@ def _entry(path: str, st: os.stat_result, names: Optional[Dict[Any, Any]] = None
             entry["target"] = os.readlink(path)
         except OSError:
             entry["target"] = None
+        _resolve(path, entry)
+    metadata = get_metadata(path) if kind != "other" else None
+    if metadata:
+        entry["metadata"] = metadata
     return entry
+
+
+def _resolve(path: str, entry: Dict[str, Any]) -> None:
+    """What a symlink finally points at (a chain followed, as envd's EvalSymlinks): its
+    absolute path and type; neither when it dangles or loops."""
+    resolved = os.path.realpath(path)
+    try:
+        st = os.stat(resolved)
+    except OSError:
+        return
+    entry["resolved"] = resolved
+    entry["target_type"] = ("dir" if stat.S_ISDIR(st.st_mode) else
+                            "file" if stat.S_ISREG(st.st_mode) else "other")
 
 
 HANDLERS: Dict[str, Callable[[Conn, Req], None]] = {

@@ -9,6 +9,8 @@ SUB_BACKLOG = 1 << 20
 SUB_STALL = 2.0
 MAX_FILE_OFFSET = 1 << 62  # a read's offset and limit (a file is at most 2**63 - 1 bytes)
 LIST_CAP = 10000
+# A file's metadata (user.e2b.* xattrs): names and values together, bytes (core/bounds.py).
+MAX_FILE_METADATA = 4096
 LIST_JSON_CAP = 6 << 20  # stay under what the host reads in one frame (8 MiB)
 # A request's timeout: far above any the host gives (a day for commands, a week for
 # watches), far below what a lock's wait takes (threading.TIMEOUT_MAX, ~292 years).

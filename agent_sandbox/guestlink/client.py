@@ -300,6 +300,7 @@ class GuestClient:
         if_match: str | None = None,
         lock_wait: float | None = None,
         lock_token: str | None = None,
+        metadata: dict[str, str] | None = None,
     ) -> int:
         """Upload a file (atomically replaced unless append). Returns bytes written. A new
         file, and the directories made for it, belong to ``user`` (None: root).
@@ -307,11 +308,13 @@ class GuestClient:
         The guest lets one write of ours to a path in at a time, and none past another
         holder's lock (``lock_token`` names the caller's own): it waits at most
         ``lock_wait`` seconds (None: its default, 3) for its turn, else ``LockedError``.
-        ``if_match``: only if the file is still at that version, else ``ConflictError``."""
+        ``if_match``: only if the file is still at that version, else ``ConflictError``.
+        ``metadata``: the file's user.e2b.* xattrs (the only ones it keeps; None with
+        ``append``: the file's stay)."""
         req: dict[str, Any] = {"op": ops.WRITE, "path": path, "mode": mode, "append": append,
                                "user": user}
         for key, value in (("if_match", if_match), ("lock_wait", lock_wait),
-                           ("lock_token", lock_token)):
+                           ("lock_token", lock_token), ("metadata", metadata)):
             if value is not None:
                 req[key] = value
         # The guest answers "ready" once the file's turn came: at most the wait, never

@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 import httpx2 as httpx
 
+from agent_sandbox.core import validate
 from agent_sandbox.core.errors import InvalidArgumentError, SandboxError, error_from_code
 from agent_sandbox.core.metrics import SandboxMetrics
 from agent_sandbox.core.models import (
@@ -29,6 +30,7 @@ from agent_sandbox.core.models import (
     ProcessOutput,
     Result,
     SandboxInfo,
+    SandboxLogEntry,
     SnapshotInfo,
     TemplateInfo,
     VolumeInfo,
@@ -148,6 +150,9 @@ class RemoteProvider:
         found = self._call("GET", self._sb(sandbox_id, "/metrics"), params={
             k: v for k, v in (("start", start), ("end", end)) if v is not None})
         return [SandboxMetrics(**m) for m in found]
+
+    def logs(self, sandbox_id: str) -> list[SandboxLogEntry]:
+        return [SandboxLogEntry(**e) for e in self._call("GET", self._sb(sandbox_id, "/logs"))]
 
     def pause(self, sandbox_id: str) -> SandboxInfo:
         return SandboxInfo(**self._call("POST", self._sb(sandbox_id, "/pause")))
@@ -355,7 +360,8 @@ class RemoteProvider:
                    data: bytes | str | Iterable[bytes] | IO[bytes],
                    mode: int = 0o644, user: str | None = None, *,
                    if_match: str | None = None, lock_wait: float | None = None,
-                   lock_token: str | None = None) -> int:
+                   lock_token: str | None = None, metadata: dict[str, str] | None = None
+                   ) -> int:
         content = _body_chunks(data)
         params: dict[str, Any] = {"path": path, "mode": mode}
         for key, value in (("user", user), ("if_match", if_match), ("lock_wait", lock_wait)):
@@ -364,6 +370,8 @@ class RemoteProvider:
         headers = {"Content-Type": "application/octet-stream"}
         if lock_token is not None:  # a header: never in an access log's URL
             headers["X-Abx-Lock-Token"] = lock_token
+        for key, value in (validate.file_metadata(metadata) or {}).items():
+            headers[f"X-Metadata-{key}"] = value
         # A stream cannot be sent twice: only a bytes body is retried.
         return int(self._call("PUT", self._sb(sandbox_id, "/files/content"), params=params,
                               content=content, replayable=isinstance(content, bytes),

@@ -88,7 +88,8 @@ class Files:
 
     def write(self, path: str, data: str | bytes | Iterable[bytes] | IO[bytes],
               mode: int = 0o644, user: str | None = None, *, if_match: str | None = None,
-              lock_wait: float | None = None, lock: str | FileLock | None = None) -> int:
+              lock_wait: float | None = None, lock: str | FileLock | None = None,
+              metadata: dict[str, str] | None = None) -> int:
         """Write (create or replace) a file, making parent directories; returns its size.
 
         ``data`` may be a file object or an iterable of chunks: it is streamed. A new file
@@ -101,11 +102,13 @@ class Files:
         lock the holder and time left, are in ``details``). ``if_match``: write only if
         the file is still at that version (``read_with_version``, ``stat().version``),
         else ``ConflictError``. ``lock``: your own lock on the file (``files.lock``).
+        ``metadata``: the file's own key/value pairs (kept as its ``user.e2b.*`` xattrs, as
+        E2B's; ``stat`` and listings give them back), replacing any it had.
         """
         token = lock.token if isinstance(lock, FileLock) else lock
         return self._provider.write_file(self._sandbox_id, path, data, mode=mode, user=user,
                                          if_match=if_match, lock_wait=lock_wait,
-                                         lock_token=token)
+                                         lock_token=token, metadata=metadata)
 
     def lock(self, path: str, ttl: float = 60.0, *, wait: float | None = None,
              holder: str | None = None, renew: str | FileLock | None = None) -> FileLock:

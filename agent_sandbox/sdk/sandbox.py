@@ -15,6 +15,7 @@ from agent_sandbox.core.models import (
     Execution,
     Result,
     SandboxInfo,
+    SandboxLogEntry,
     SnapshotInfo,
 )
 from agent_sandbox.core.network import NetworkSpec
@@ -168,6 +169,11 @@ class Sandbox:
         now when it runs, and those kept between ``start`` and ``end`` (Unix seconds) are
         returned, oldest first."""
         return self._provider.metrics(self.sandbox_id, start, end)
+
+    def get_logs(self) -> list[SandboxLogEntry]:
+        """Its log, oldest first (E2B's sandbox logs): what happened to it and what its
+        template's start command printed, the last 1000 lines."""
+        return self._provider.logs(self.sandbox_id)
 
     def expose_port(self, port: int, public: bool | None = None,
                     expires_in: float | None = None) -> str:

@@ -32,7 +32,10 @@ class GuestAccess:
         self.backend = backend
         self.config = config
         self._stop = threading.Event()
-        self.activity = Activity(backend.touch, self._stop)
+        # Set by whatever moves a sandbox's next reaper deadline (a timeout set, a resume,
+        # a create, a sandbox's last call ending): the reaper then looks again at once.
+        self.reaper_wake = threading.Event()
+        self.activity = Activity(backend.touch, self._stop, self.reaper_wake.set)
         self.code = Kernels(self, backend.kernel_files(self))
         self._templates_seen: dict[str, tuple[float, Template]] = {}
 

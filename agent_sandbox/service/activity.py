@@ -20,9 +20,11 @@ _TOUCH_AFTER = 1.0  # a call shorter than this was touched when it began; no wri
 
 
 class Activity:
-    def __init__(self, touch: Callable[[str], None], stop: threading.Event) -> None:
+    def __init__(self, touch: Callable[[str], None], stop: threading.Event,
+                 on_idle: Callable[[], None] = lambda: None) -> None:
         self._touch = touch
         self._stop = stop
+        self._on_idle = on_idle  # a sandbox's last call ended: its idle timeout starts
         self._lock = threading.Lock()
         self._calls: Counter[str] = Counter()
         self._beating = False
@@ -45,10 +47,13 @@ class Activity:
         finally:
             with self._lock:
                 self._calls[sandbox_id] -= 1
-                if self._calls[sandbox_id] <= 0:
+                idle = self._calls[sandbox_id] <= 0
+                if idle:
                     del self._calls[sandbox_id]
             if time.monotonic() - started > _TOUCH_AFTER:
                 self._quiet_touch(sandbox_id)  # the idle timeout starts now
+            if idle:
+                self._on_idle()
 
     def _quiet_touch(self, sandbox_id: str) -> None:
         try:

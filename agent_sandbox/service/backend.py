@@ -43,6 +43,15 @@ class ServiceHooks(Protocol):
         """The reaper's decision for a sandbox now (for a backend that acts on it)."""
         ...
 
+    def next_change(self, record: SandboxRecord) -> float | None:
+        """When the reaper's decision for it may next change (``lifecycle.next_change``)."""
+        ...
+
+    def wait_reap(self, due: float | None, longest: float, gap: float = ...) -> bool:
+        """Sleep until ``due``, at most ``longest`` s, or a change (not sooner than ``gap``
+        s after the last pass); True: closing."""
+        ...
+
     def pooled(self, record: SandboxRecord) -> None:
         """A warm sandbox nobody has yet was made: get it ready for a first call (its
         default code kernel started, when its template has one)."""

@@ -188,16 +188,19 @@ class GuestOps(GuestAccess):
     def write_file(self, sandbox_id: str, path: str,
                    data: bytes | str | Iterable[bytes] | IO[bytes], mode: int = 0o644,
                    user: str | None = None, *, if_match: str | None = None,
-                   lock_wait: float | None = None, lock_token: str | None = None) -> int:
+                   lock_wait: float | None = None, lock_token: str | None = None,
+                   metadata: dict[str, str] | None = None) -> int:
         """Write (create or replace) ``path``: one write of ours to it at a time, waiting
         at most ``lock_wait`` s (default 3) for its turn or another holder's lock
         (``LockedError``); with ``if_match`` only if the file is still at that version
-        (``ConflictError``); ``lock_token``: the caller's own lock (``lock_file``)."""
+        (``ConflictError``); ``lock_token``: the caller's own lock (``lock_file``);
+        ``metadata``: the file's own (``core.file_metadata``), replacing what it had."""
         path = validate.path(path)
         user = validate.user(user)
         guarded = {"if_match": validate.version(if_match),
                    "lock_wait": validate.lock_wait(lock_wait),
-                   "lock_token": validate.lock_token(lock_token)}
+                   "lock_token": validate.lock_token(lock_token),
+                   "metadata": validate.file_metadata(metadata)}
         if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o7777:
             raise InvalidArgumentError(f"mode must be a permission number such as 0o644, "
                                        f"got {mode!r}")
@@ -266,7 +269,8 @@ def _entry(raw: dict[str, Any]) -> EntryInfo:
         name=raw["name"], path=raw["path"], type=raw["type"], size=raw["size"],
         mode=raw["mode"], mtime=raw["mtime"], symlink_target=raw.get("target"),
         owner=raw.get("owner") or "", group=raw.get("group") or "",
-        version=_version(raw.get("version"))))
+        version=_version(raw.get("version")), resolved_target=raw.get("resolved"),
+        target_type=raw.get("target_type"), metadata=raw.get("metadata")))
 
 
 def _version(value: Any) -> str | None:

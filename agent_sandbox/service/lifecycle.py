@@ -48,6 +48,27 @@ def decide(record: SandboxRecord, now: float, *, busy: bool, paused_stop_after: 
     return None
 
 
+def next_change(record: SandboxRecord, *, busy: bool, paused_stop_after: float,
+                paused_max_age: float = 0.0) -> float | None:
+    """When ``decide`` may next answer otherwise for this record as it is (None: not by
+    the clock alone): the reaper sleeps until the earliest of these, or until a change
+    (a timeout set, a call ended) wakes it, so a timeout fires at its deadline."""
+    if record.state not in VISIBLE:
+        return None
+    times: list[float] = []
+    if record.lifetime is not None:
+        times.append(record.created_at + record.lifetime)
+    if not busy:  # a call in flight: its end wakes the reaper (Activity's on_idle)
+        idle_until = record.last_used + record.timeout
+        if record.state == SandboxState.RUNNING:
+            times.append(idle_until)
+        elif record.state == SandboxState.PAUSED:
+            if paused_max_age:
+                times.append(record.last_used + paused_max_age)
+            times.append(idle_until + paused_stop_after)
+    return min(times) if times else None
+
+
 def poolable(spec: CreateSpec, limits: Limits, config: EngineConfig) -> bool:
     """A create a warm sandbox can serve: a pooled template, the default limits, no
     network, no kept volume."""

@@ -23,9 +23,10 @@ from agent_sandbox.core.errors import (
     NotFoundError,
     ResourceExhaustedError,
     RuntimeUnavailableError,
+    SandboxError,
 )
 from agent_sandbox.core.metrics import SandboxMetrics
-from agent_sandbox.core.models import SandboxInfo, TemplateInfo, VolumeInfo
+from agent_sandbox.core.models import SandboxInfo, SandboxLogEntry, TemplateInfo, VolumeInfo
 from agent_sandbox.core.network import NetworkSpec
 from agent_sandbox.core.network import parse as parse_policy
 from agent_sandbox.core.secrets import SecretInfo, SecretRule, split_host
@@ -43,12 +44,14 @@ from agent_sandbox.service.limits import limits_for
 from agent_sandbox.service.metrics import MetricsHistory
 from agent_sandbox.service.recipes import RecipeBuild, kill_orphan_steps
 from agent_sandbox.service.record import SandboxRecord, new_record
+from agent_sandbox.service.sandbox_logs import MAX_ENTRIES, START_TAIL, SandboxLogs, output_lines
 from agent_sandbox.service.secrets import SecretStore
 from agent_sandbox.service.snapshots import SnapshotOps
 from agent_sandbox.service.terminals import Terminals
 
 READY_TIMEOUT = 60.0  # seconds a recipe template's ready check may take at create
 MAX_BUILDS_PER_OWNER = 2  # recipe builds one API key may run at once
+REAP_GAP = 0.1  # seconds between reaper passes at least, however often it is woken
 
 
 class SandboxService(GuestOps, DirOps, Terminals, FileLocks, SnapshotOps):
@@ -56,6 +59,7 @@ class SandboxService(GuestOps, DirOps, Terminals, FileLocks, SnapshotOps):
         super().__init__(backend, config)
         self._ports = PortForwards(self.guest)
         self._metrics = MetricsHistory()
+        self._logs = SandboxLogs()
         self._audit: AuditLog | None = None
         self.secrets = SecretStore.of(config.data_dir)
         self._builds: dict[str, int] = {}  # recipe builds running, by owner
@@ -73,6 +77,7 @@ class SandboxService(GuestOps, DirOps, Terminals, FileLocks, SnapshotOps):
 
     def close(self) -> None:
         self._stop.set()
+        self.reaper_wake.set()
         self._ports.close()
         self.code.close()
         self.backend.close()
@@ -83,14 +88,19 @@ class SandboxService(GuestOps, DirOps, Terminals, FileLocks, SnapshotOps):
     def create(self, *, owner: str = "", **options: Any) -> SandboxInfo:
         spec = CreateSpec.of(options)
         if spec.snapshot is not None:
-            return self.fork(spec, owner)
+            forked = self.fork(spec, owner)
+            self.reaper_wake.set()
+            return forked
         template = self.backend.template(spec.template, creating=True)
         built_by = template.build_inputs.get("owner", "") if template.kind == "recipe" else ""
         if built_by and owner and built_by != owner:  # another tenant's recipe template
             raise NotFoundError(f"template {spec.template!r} not found")
         info = self._create(spec, template, owner)
+        self._logs.record(info.sandbox_id, f"created from template {template.name} (idle "
+                          f"timeout {info.timeout:g} s)")
         if template.start_cmd or template.ready_cmd:  # a recipe's (here, or pushed)
             self._start_template(info.sandbox_id, template)
+        self.reaper_wake.set()  # its deadline may be the next
         return info
 
     def _start_template(self, sandbox_id: str, template: Template) -> None:
@@ -98,10 +108,14 @@ class SandboxService(GuestOps, DirOps, Terminals, FileLocks, SnapshotOps):
         CMD) run until it passes; a sandbox whose check never passes is killed."""
         try:
             if template.start_cmd:
-                self.start(sandbox_id, template.start_cmd)
+                pid = self.start(sandbox_id, template.start_cmd)
+                self._logs.started(sandbox_id, pid)
+                self._logs.record(sandbox_id, f"start command running (pid {pid}): "
+                                  f"{template.start_cmd}")
             deadline = time.monotonic() + READY_TIMEOUT
             while template.ready_cmd:
                 if self.run(sandbox_id, template.ready_cmd, timeout=10).exit_code == 0:
+                    self._logs.record(sandbox_id, "ready check passed")
                     break
                 if time.monotonic() > deadline:
                     raise RuntimeUnavailableError(
@@ -200,23 +214,29 @@ class SandboxService(GuestOps, DirOps, Terminals, FileLocks, SnapshotOps):
     def pause(self, sandbox_id: str) -> SandboxInfo:
         self.row(sandbox_id)
         self.backend.pause(sandbox_id)
+        self._logs.record(sandbox_id, "paused")
         return self.info(sandbox_id)
 
     def resume(self, sandbox_id: str) -> SandboxInfo:
         self.row(sandbox_id)
         self.backend.resume(sandbox_id)
+        self.reaper_wake.set()
+        self._logs.record(sandbox_id, "resumed")
         return self.info(sandbox_id)
 
     def reset_rootfs(self, sandbox_id: str) -> SandboxInfo:
         """Wipe the system layer (every change outside /workspace); same id, same volume."""
         self.row(sandbox_id)
         self.backend.reset_rootfs(sandbox_id)
+        self._logs.record(sandbox_id, "system layer reset (its /workspace kept)")
         return self.info(sandbox_id)
 
     def set_timeout(self, sandbox_id: str, timeout: float) -> None:
         timeout = CreateSpec.of(timeout=timeout).timeout
         self.row(sandbox_id)
         self.backend.update(sandbox_id, timeout=timeout, last_used=time.time())
+        self.reaper_wake.set()  # the deadline moved: shorter ones fire on time
+        self._logs.record(sandbox_id, f"idle timeout set to {timeout:g} s")
 
     def set_network(self, sandbox_id: str, network: NetworkSpec) -> None:
         """Change what a sandbox may reach, without restarting it: its rules are replaced
@@ -226,6 +246,7 @@ class SandboxService(GuestOps, DirOps, Terminals, FileLocks, SnapshotOps):
         if policy.mode != "off":
             self.backend.check_network(policy)
         self.backend.set_network(sandbox_id, policy)
+        self._logs.record(sandbox_id, f"network policy set: {policy.describe()}")
 
     def expose_port(self, sandbox_id: str, port: int) -> str:
         """``http://127.0.0.1:N``: reaches ``port`` inside the sandbox from this host
@@ -263,9 +284,23 @@ class SandboxService(GuestOps, DirOps, Terminals, FileLocks, SnapshotOps):
                 self._metrics.keep_only(r.id for r in self.backend.records())
         return self._metrics.samples(row.id, start, end)
 
+    def logs(self, sandbox_id: str) -> list[SandboxLogEntry]:
+        row = self.row(sandbox_id)
+        lines = self._logs.lines(row.id)
+        start = self._logs.start_of(row.id)
+        if start is not None and row.state == SandboxState.RUNNING:  # never resumed for it
+            try:
+                out = self.client(row.id).output(start[0], START_TAIL)
+                lines += output_lines(out.stdout.decode(errors="replace"),
+                                      out.stderr.decode(errors="replace"), start[1])
+            except SandboxError:
+                pass  # its guest is away: what the gateway kept is still the log
+        return sorted(lines, key=lambda e: e.timestamp)[-MAX_ENTRIES:]
+
     def kill(self, sandbox_id: str, delete_volume: bool = False) -> None:
         self.row(sandbox_id)
         self._metrics.forget(sandbox_id)
+        self._logs.forget(sandbox_id)
         self._ports.close(sandbox_id)
         self.backend.kill(sandbox_id, delete_volume=bool(delete_volume))
         self.secrets.forget(sandbox_id)
@@ -343,20 +378,49 @@ class SandboxService(GuestOps, DirOps, Terminals, FileLocks, SnapshotOps):
         return self.backend.describe()
 
     # idle timeouts --------------------------------------------------------------------------
-    def reap_once(self, now: float | None = None) -> None:
-        """Act on the reaper's decision for every sandbox (``lifecycle.decide``)."""
+    def reap_once(self, now: float | None = None) -> float | None:
+        """Act on the reaper's decision for every sandbox (``lifecycle.decide``); returns
+        when the next may be due (``lifecycle.next_change``; None: none by the clock)."""
         now = time.time() if now is None else now
-        for record in self.backend.records():
+        records = self.backend.records()
+        self._logs.keep_only({r.id for r in records})
+        for record in records:
             try:
                 step = self.decide(record, now)
                 if step is lifecycle.Step.PAUSE:
                     self.backend.pause(record.id)
                 elif step is lifecycle.Step.RELEASE:
                     self.backend.release(record.id)
+                if step is not None and not step.ends:
+                    self._logs.record(record.id, f"{step.name.lower()}d: {step.value}")
                 elif step is not None and step.ends:
                     self.end(record, step)
             except Exception:  # noqa: BLE001 - one bad sandbox must not stop the reaper
                 continue
+        return self.next_reap()
+
+    def next_reap(self) -> float | None:
+        """The earliest time the reaper's decision may change for any sandbox (read after
+        this pass acted: a sandbox paused now has a later deadline)."""
+        times = [self.next_change(r) for r in self.backend.records()]
+        return min((t for t in times if t is not None), default=None)
+
+    def next_change(self, record: SandboxRecord) -> float | None:
+        return lifecycle.next_change(record, busy=self.activity.active(record.id),
+                                     paused_stop_after=self.config.paused_stop_after,
+                                     paused_max_age=self.config.paused_max_age)
+
+    def wait_reap(self, due: float | None, longest: float, gap: float = REAP_GAP) -> bool:
+        """Sleep until ``due`` (a time from ``reap_once``), at most ``longest`` seconds, or
+        until a change wakes the reaper; True once the service is closing. No polling:
+        a timeout fires at its deadline, whatever ``longest`` is."""
+        wait = longest if due is None else min(longest, max(0.0, due - time.time()) + 0.01)
+        # Not sooner than ``gap`` after the last pass: a busy sandbox's calls each end
+        # with a wake, and a new deadline is always a timeout (>= 1 s) away.
+        time.sleep(min(wait, gap))
+        self.reaper_wake.wait(max(0.0, wait - gap))
+        self.reaper_wake.clear()  # changes from here on wake the next wait
+        return self._stop.is_set()
 
     def decide(self, record: SandboxRecord, now: float) -> lifecycle.Step | None:
         return lifecycle.decide(record, now, busy=self.activity.active(record.id),
@@ -367,6 +431,7 @@ class SandboxService(GuestOps, DirOps, Terminals, FileLocks, SnapshotOps):
         """A sandbox's end of life: killed, its volume kept or deleted as it asked, and
         the audit log says why."""
         self._ports.close(record.id)
+        self._logs.forget(record.id)
         self.backend.kill(record.id, delete_volume=not record.keep_volume)
         self.secrets.forget(record.id)
         self.audit.record(event="sandbox.end", sandbox_id=record.id, owner=record.owner,
@@ -374,10 +439,18 @@ class SandboxService(GuestOps, DirOps, Terminals, FileLocks, SnapshotOps):
                           volume="kept" if record.keep_volume else "deleted")
 
     def _reap_loop(self) -> None:
-        while not self._stop.wait(self.config.reaper_interval):
+        """Reaps at each sandbox's next deadline (or when woken); the rest of the upkeep
+        (orphaned build steps, the backend's) every ``reaper_interval`` seconds."""
+        interval = self.config.reaper_interval
+        due: float | None = None
+        upkeep = time.monotonic() + interval
+        while not self.wait_reap(due, max(0.0, upkeep - time.monotonic())):
             try:
-                self.reap_once()
-                kill_orphan_steps(self)  # of recipe builds whose process died mid-step
-                self.backend.maintain()
+                due = self.reap_once()
+                if time.monotonic() >= upkeep:
+                    upkeep = time.monotonic() + interval
+                    kill_orphan_steps(self)  # of recipe builds whose process died mid-step
+                    self.backend.maintain()
             except Exception:  # noqa: BLE001 - keep reaping whatever happened
+                due = None
                 continue

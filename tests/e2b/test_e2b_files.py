@@ -222,14 +222,29 @@ def test_symlink_out_of_the_tree_resolves_in_the_sandbox(e2b_gateway: E2BGateway
     marker = f"only in the sandbox {uuid.uuid4()}"
     e2b_sandbox.files.write("/etc/abx-marker", marker)
     result = ours.run(e2b_sandbox.sandbox_id,
-                      "ln -s /etc/abx-marker /tmp/to-marker && ln -s /etc/shadow /tmp/x")
+                      "ln -s /etc/abx-marker /tmp/to-marker && ln -s /etc/shadow /tmp/x && "
+                      "ln -s ../etc /tmp/up && ln -s up/abx-marker /tmp/chain && "
+                      "ln -s loop2 /tmp/loop1 && ln -s loop1 /tmp/loop2 && "
+                      "ln -s /no/such /tmp/dangling")
     assert result.exit_code == 0, result.stderr
 
     files = e2b_sandbox.files
     assert files.read("/tmp/to-marker") == marker  # not a host path
     assert not Path("/etc/abx-marker").exists()
+    # envd >= 0.6: a symlink is an entry of its target's type, with the path it resolves
+    # to (in the sandbox's tree, a chain followed); one that dangles or loops: its own
+    # path, type unspecified.
     link = files.get_info("/tmp/x")
-    assert (link.type, link.symlink_target) == (FileType.SYMLINK, "/etc/shadow")
+    assert (link.type, link.symlink_target) == (FileType.FILE, "/etc/shadow")
+    assert (files.get_info("/tmp/up").type, files.get_info("/tmp/up").symlink_target) == (
+        FileType.DIR, "/etc")
+    assert files.get_info("/tmp/chain").symlink_target == "/etc/abx-marker"
+    for name in ("loop1", "dangling"):
+        info = files.get_info(f"/tmp/{name}")
+        assert (info.type, info.symlink_target) == (None, f"/tmp/{name}")
+    listed = {e.name: e for e in files.list("/tmp")}  # (the SDK leaves untyped ones out)
+    assert (listed["chain"].type, listed["chain"].size) == (FileType.FILE,
+                                                             len("up/abx-marker"))
     shadow = files.read("/tmp/x")
     assert shadow == files.read("/etc/shadow")
     files.write("/tmp/x", "replaced")  # replaces the link, in the sandbox

@@ -77,6 +77,10 @@ def test_engine_keeps_the_bounds_the_schema_states(engine: SandboxService, box: 
          b.MAX_DEPTH + 1),
         (lambda m: engine.write_file(box, "/workspace/f", b"x", mode=m), b.MAX_MODE,
          b.MAX_MODE + 1),
+        # A file's metadata: names (with their user.e2b. prefix) and values, in bytes.
+        (lambda n: engine.write_file(box, "/workspace/f", b"x", metadata={
+            "k": "v" * (n - len("user.e2b.k"))}), b.MAX_FILE_METADATA,
+         b.MAX_FILE_METADATA + 1),
         (lambda o: list(engine.read_file(box, "/workspace/f", offset=o)),
          b.MAX_FILE_OFFSET, b.MAX_FILE_OFFSET + 1),
         (lambda n: list(engine.read_file(box, "/workspace/f", limit=n)),
@@ -100,6 +104,12 @@ def test_engine_keeps_the_bounds_the_schema_states(engine: SandboxService, box: 
     for language in s.LANGUAGES:
         with pytest.raises(WrongStateError):  # past the checks: base has no kernel
             engine.run_code(box, "1", language=language)
+
+
+def test_the_guest_keeps_the_file_metadata_bound() -> None:
+    from agent_sandbox.guest import limits
+
+    assert limits.MAX_FILE_METADATA == b.MAX_FILE_METADATA
 
 
 def test_engine_creates_at_the_bounds(engine: SandboxService) -> None:

@@ -90,3 +90,60 @@ def test_secrets_need_an_engine_that_injects_them(service: SandboxService,
         service.create(secrets=["k8s"], network="api.example.com")
     assert len(service.list()) == before
     service.delete_secret("k8s")
+
+
+def test_a_shortened_timeout_fires_at_its_deadline(service: SandboxService) -> None:
+    """The reaper sleeps until the next deadline (``next_reap``), woken by a change: a
+    timeout set shorter is acted on when it falls due, not at the next periodic look."""
+    import time
+
+    sid = service.create(timeout=600).sandbox_id
+    try:
+        service.set_timeout(sid, 1)
+        due = service.next_reap()
+        assert due is not None and due <= service.info(sid).expires_at + 0.5
+        give_up = time.monotonic() + 60  # a bound for a stuck reaper, not a timing check
+        while service.info(sid).state != "paused" and time.monotonic() < give_up:
+            time.sleep(0.05)
+        assert service.info(sid).state == "paused"
+    finally:
+        service.kill(sid, delete_volume=True)
+
+
+def test_the_log_holds_a_start_commands_output_bounded(service: SandboxService,
+                                                       monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    """A template's start command: what it prints is in the sandbox's log (stderr at
+    level error), read from its guest as a bounded tail, each line cut; a flood of it
+    (the sandbox writes it: hostile) holds the answer to its bounds."""
+    import dataclasses
+    import time
+
+    from agent_sandbox.service import sandbox_logs
+
+    base = service.backend.template
+    flood = ("python3 -c \"import sys; sys.stdout.write(('x' * 9000 + '\\n') * 400); "
+             "sys.stdout.flush(); sys.stderr.write('boom\\n')\"")
+    monkeypatch.setattr(service.backend, "template", lambda name, creating=False: (
+        dataclasses.replace(base(name, creating=creating), start_cmd=flood)))
+    sid = service.create().sandbox_id
+    try:
+        give_up = time.monotonic() + 60  # a bound for a stuck command, not a timing check
+        while time.monotonic() < give_up:
+            entries = service.logs(sid)
+            if any(e.message == "boom" for e in entries):
+                break
+            time.sleep(0.1)
+        assert entries[0].message.startswith("created from template base")
+        assert any(e.message.startswith("start command running") for e in entries)
+        started = [e for e in entries if e.source == "start"]
+        assert [e.level for e in started if e.message == "boom"] == ["error"]
+        assert len(entries) <= sandbox_logs.MAX_ENTRIES
+        assert all(len(e.message) <= sandbox_logs.MAX_LINE for e in entries)
+        assert sum(len(e.message) for e in started) <= sandbox_logs.START_TAIL * 2
+        service.set_timeout(sid, 300)
+        assert any(e.message == "idle timeout set to 300 s" for e in service.logs(sid))
+    finally:
+        service.kill(sid, delete_volume=True)
+    with pytest.raises(NotFoundError):
+        service.logs(sid)

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from agent_sandbox.core.errors import InvalidArgumentError
-from agent_sandbox.surfaces.e2b.routing import addressed, username
-from agent_sandbox.surfaces.e2b.tokens import SECRET_FILE, AccessTokens
+from agent_sandbox.surfaces.e2b.routing import addressed, signed_url, username
+from agent_sandbox.surfaces.e2b.tokens import SECRET_FILE, AccessTokens, SignedUrl
 
 
 def _scope(*headers: tuple[str, str]) -> dict[str, object]:
@@ -70,3 +70,33 @@ def test_a_secret_file_that_is_not_ours_is_refused(tmp_path: Path) -> None:
     (tmp_path / SECRET_FILE).symlink_to("/etc/hostname")
     with pytest.raises(OSError):
         AccessTokens(tmp_path).for_sandbox("sbx-aaaaaaaaaa")
+
+
+def _request(method: str, path: str, query: str) -> dict[str, object]:
+    return {"type": "http", "method": method, "path": path,
+            "query_string": query.encode(), "headers": []}
+
+
+def test_a_signed_file_url_is_read_as_envd_reads_it(tmp_path: Path) -> None:
+    """E2B's SDK's signature (e2b.sandbox.signature.get_signature) is the one the gateway
+    expects; any part changed breaks it; only GET/POST /files carry one."""
+    from e2b.sandbox.signature import get_signature
+
+    tokens = AccessTokens(tmp_path)
+    token = tokens.for_sandbox("sbx-abcdefghij")
+    made = get_signature("a b/ü.txt", "read", "user", token, 60)
+    query = (f"path=a%20b%2F%C3%BC.txt&username=user&signature={made['signature']}"
+             f"&signature_expiration={made['expiration']}")
+    url = signed_url(_request("GET", "/files", query))
+    assert url is not None and url.path == "a b/ü.txt" and url.operation == "read"
+    assert tokens.signed("sbx-abcdefghij", url)
+    assert not tokens.signed("sbx-bbbbbbbbbb", url)  # another sandbox's token
+    assert not url.expired(made["expiration"]) and url.expired(made["expiration"] + 1)
+    write = signed_url(_request("POST", "/files", query))
+    assert write is not None and not tokens.signed("sbx-abcdefghij", write)
+    for method, path, q in (("GET", "/files", "path=x"), ("PUT", "/files", query),
+                            ("GET", "/files/x", query), ("GET", "/health", query)):
+        assert signed_url(_request(method, path, q)) is None
+    odd = signed_url(_request("GET", "/files", "signature=v1_x&signature_expiration=soon"))
+    assert odd == SignedUrl("v1_x", "", "read", "", -1)  # never valid, and long expired
+

@@ -7,7 +7,7 @@ import pytest
 
 from agent_sandbox.core.network import NetworkPolicy
 from agent_sandbox.core.states import SandboxState
-from agent_sandbox.service.lifecycle import Step, decide
+from agent_sandbox.service.lifecycle import Step, decide, next_change
 from agent_sandbox.service.record import SandboxRecord
 
 T0 = 1_000_000.0
@@ -53,3 +53,24 @@ def test_the_operators_maximum_age_ends_a_paused_one_unused_that_long() -> None:
                                    SandboxState.KILLING])
 def test_work_in_progress_and_warm_ones_are_left_alone(state: SandboxState) -> None:
     assert _decide(_record(state, lifetime=1.0, on_timeout="kill"), 10_000) is None
+
+
+def test_next_change_is_the_deadline_decide_acts_at() -> None:
+    """The reaper sleeps until the earliest ``next_change`` of its sandboxes: just past it
+    ``decide`` acts, just before it does not (the timeout fires at its deadline)."""
+    cases = [(_record(), Step.PAUSE), (_record(on_timeout="kill"), Step.END_IDLE),
+             (_record(lifetime=10.0), Step.END_LIFETIME),
+             (_record(SandboxState.PAUSED), Step.RELEASE)]
+    for record, step in cases:
+        due = next_change(record, busy=False, paused_stop_after=900)
+        assert due is not None
+        assert _decide(record, due - T0 - 0.5) is None
+        assert _decide(record, due - T0 + 0.01) is step
+    paused = _record(SandboxState.PAUSED)
+    assert next_change(paused, busy=False, paused_stop_after=900,
+                       paused_max_age=100) == T0 + 100
+    # A call in flight: only its lifetime is due by the clock (its end wakes the reaper).
+    assert next_change(_record(), busy=True, paused_stop_after=900) is None
+    assert next_change(_record(lifetime=5.0), busy=True, paused_stop_after=900) == T0 + 5
+    assert next_change(_record(SandboxState.CREATING), busy=False,
+                       paused_stop_after=900) is None

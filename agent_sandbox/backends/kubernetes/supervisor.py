@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from agent_sandbox.backends.kubernetes.pods import Live
 
 log = logging.getLogger(__name__)
-PASS_EVERY = 3.0  # seconds between passes
+PASS_EVERY = 3.0  # seconds between passes, unless a sandbox's deadline comes sooner
+PASS_GAP = 0.5  # seconds between passes at least (each reads the cluster), however woken
 _ORPHAN_AFTER = 120.0  # seconds a Pod without its record is left alone
 
 
@@ -50,14 +51,18 @@ class Supervisor:
         threading.Thread(target=self._run, name="abx-k8s-supervisor", daemon=True).start()
 
     def _run(self) -> None:
-        while not self._stop.wait(PASS_EVERY):
+        due: float | None = None  # the next sandbox's deadline: a pass then, not later
+        hooks = self.provider.hooks
+        while not hooks.wait_reap(due, PASS_EVERY, PASS_GAP) and not self._stop.is_set():
             try:
-                self.pass_once()
+                due = self.pass_once()
             except Exception as exc:  # noqa: BLE001 - the next pass tries again
                 log.warning("kubernetes supervisor pass failed: %s", exc)
+                due = None
 
-    def pass_once(self, now: float | None = None, wait: bool = False) -> None:
-        """One pass; ``wait``: return once the pauses and replacements it started end."""
+    def pass_once(self, now: float | None = None, wait: bool = False) -> float | None:
+        """One pass; ``wait``: return once the pauses and replacements it started end.
+        Returns when the reaper's next decision may be due (None: none by the clock)."""
         p = self.provider
         sandboxes = p.sandboxes
         for sandbox_id, used in sandboxes.unsaved_use().items():
@@ -99,6 +104,8 @@ class Supervisor:
         self.pool.refill()
         if wait:
             futures.wait([f for f in started if f is not None])
+        dues = [p.hooks.next_change(live.row) for live in lives]
+        return min((d for d in dues if d is not None), default=None)
 
     def _lost_nodes(self) -> set[str]:
         lost = set()

@@ -173,6 +173,24 @@ def _latest(sandbox: Any) -> dict[str, Any] | None:
     return samples[-1].model_dump() if samples else None
 
 
+@app.command(epilog="Example: abx sandbox logs sbx-a1b2c3d4e5")
+def logs(sandbox_id: IdArg, json_out: JsonOpt = False) -> None:
+    """Its log, oldest first: what happened to it and its start command's output (kept by
+    the process serving it: a gateway's are complete, a local engine's only its own)."""
+    import datetime
+
+    from agent_sandbox.surfaces.cli.copy_cmd import safe  # the sandbox wrote them
+
+    entries = _sandbox(sandbox_id).get_logs()
+    if want_json(json_out):
+        print_json([e.model_dump() for e in entries])
+        return
+    for e in entries:
+        at = datetime.datetime.fromtimestamp(e.timestamp).isoformat(timespec="seconds")
+        console.print(f"{at} {e.level:<5} {e.source:<9} {safe(e.message)}", markup=False,
+                      highlight=False)
+
+
 @app.command(epilog="Example: abx sandbox top --json")
 def top(json_out: JsonOpt = False) -> None:
     """Running sandboxes by memory used, with their CPU and disk (read now)."""

@@ -26,21 +26,19 @@ from agent_sandbox.core.errors import (
     UnauthenticatedError,
 )
 from agent_sandbox.core.metrics import SandboxMetrics
-from agent_sandbox.core.models import SandboxInfo, SnapshotInfo
+from agent_sandbox.core.models import SandboxInfo, SandboxLogEntry, SnapshotInfo
 from agent_sandbox.core.secrets import MAX_SECRETS, SecretInfo
 from agent_sandbox.core.secrets import check_name as check_secret_name
 from agent_sandbox.core.spec import CreateSpec
 from agent_sandbox.core.states import SandboxState
-from agent_sandbox.surfaces.e2b import tags, templates
+from agent_sandbox.surfaces.e2b import envd, tags, templates
 from agent_sandbox.surfaces.e2b.catalog import tags_for
 from agent_sandbox.surfaces.e2b.tokens import AccessTokens
 from agent_sandbox.surfaces.http.auth import Principal, check_network, check_sandbox, principal
 from agent_sandbox.surfaces.http.errors import log
 from agent_sandbox.surfaces.http.state import GatewayState
 
-# The envd API version this gateway answers as: no higher than the features of envd the
-# SDKs gate on that surfaces/e2b really serves (see docs/e2b.md).
-ENVD_VERSION = "0.5.7"
+ENVD_VERSION = envd.VERSION
 MAX_TIMEOUT = min(24 * 3600, MAX_SANDBOX_TIMEOUT)  # E2B's own bound, and ours
 MAX_BODY = 1 << 20  # bytes of a request body (a create's metadata and envVars: plenty)
 
@@ -374,6 +372,49 @@ def metrics(sandbox_id: str, state: State, who: Caller,
     """Its samples between ``start`` and ``end`` (Unix seconds), oldest first."""
     found = state.provider.metrics(_owned_id(state, who, sandbox_id), start, end)
     return [_metric(m) for m in found]
+
+
+_LEVELS = ("debug", "info", "warn", "error")
+
+
+def _log_entry(e: SandboxLogEntry) -> dict[str, Any]:
+    """E2B's ``SandboxLogEntry``."""
+    return {"timestamp": _time(e.timestamp), "message": e.message, "level": e.level,
+            "fields": {"source": e.source}}
+
+
+@router.get("/sandboxes/{sandbox_id}/logs")
+def logs_v1(sandbox_id: str, state: State, who: Caller,
+            start: Annotated[int | None, Query(ge=0)] = None,
+            limit: Annotated[int, Query(ge=0, le=1000)] = 1000) -> dict[str, Any]:
+    """Its log from ``start`` (Unix milliseconds), oldest first (``sandbox_logs``)."""
+    found = [e for e in state.provider.logs(_owned_id(state, who, sandbox_id))
+             if start is None or e.timestamp * 1000 >= start][:limit]
+    return {"logs": [{"timestamp": _time(e.timestamp), "line": e.message} for e in found],
+            "logEntries": [_log_entry(e) for e in found]}
+
+
+@router.get("/v2/sandboxes/{sandbox_id}/logs")
+def logs_v2(sandbox_id: str, state: State, who: Caller,
+            cursor: Annotated[int | None, Query(ge=0)] = None,
+            limit: Annotated[int, Query(ge=0, le=1000)] = 1000,
+            direction: Annotated[Literal["forward", "backward"], Query()] = "forward",
+            level: Annotated[Literal["debug", "info", "warn", "error"] | None, Query()] = None,
+            search: Annotated[str | None, Query(max_length=256)] = None
+            ) -> dict[str, Any]:
+    """E2B's v2: from ``cursor`` (Unix milliseconds) on, oldest first, or back from it,
+    newest first; at ``level`` or above; whose message holds ``search``."""
+    found = state.provider.logs(_owned_id(state, who, sandbox_id))
+    if cursor is not None:
+        found = [e for e in found if (e.timestamp * 1000 >= cursor if direction == "forward"
+                                      else e.timestamp * 1000 <= cursor)]
+    if level is not None:
+        found = [e for e in found if _LEVELS.index(e.level) >= _LEVELS.index(level)]
+    if search:
+        found = [e for e in found if search in e.message]
+    if direction == "backward":
+        found.reverse()
+    return {"logs": [_log_entry(e) for e in found[:limit]]}
 
 
 @router.delete("/sandboxes/{sandbox_id}", status_code=204)

@@ -3,7 +3,12 @@ single-URL mode (``E2b-Sandbox-Id`` / ``E2b-Sandbox-Port``, ``E2B_SANDBOX_URL`` 
 this gateway) or by the host of the domain mode (``<port>-<sandbox id>.<domain>`` behind a
 reverse proxy). Each is checked (the sandbox's access token, the sandbox exists) and handed
 to what serves that port: envd (49983), the code interpreter (49999), or the sandbox's own
-server through the gateway's port relay. Everything else goes on to the gateway's API."""
+server through the gateway's port relay. Everything else goes on to the gateway's API.
+
+envd's ``GET``/``POST /files`` may carry a signature instead of the token (the SDKs'
+``download_url`` / ``upload_url``): checked as envd checks it. Such a URL names no sandbox
+in the single-URL mode (it is ``E2B_SANDBOX_URL/files?...``): the sandbox is the one whose
+token made the signature."""
 
 from __future__ import annotations
 
@@ -11,8 +16,10 @@ import base64
 import binascii
 import json
 import re
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+from urllib.parse import parse_qs
 
 import anyio.to_thread
 
@@ -24,7 +31,7 @@ from agent_sandbox.core.errors import (
 )
 from agent_sandbox.core.states import SandboxState
 from agent_sandbox.surfaces.e2b import target
-from agent_sandbox.surfaces.e2b.tokens import AccessTokens
+from agent_sandbox.surfaces.e2b.tokens import AccessTokens, SignedUrl
 from agent_sandbox.surfaces.http.auth import Principal
 from agent_sandbox.surfaces.http.errors import log
 from agent_sandbox.surfaces.http.state import GatewayState
@@ -63,6 +70,24 @@ def addressed(scope: Scope) -> tuple[str, str] | None:
     return None
 
 
+def signed_url(scope: Scope) -> SignedUrl | None:
+    """The signature of an envd ``GET``/``POST /files`` request (None: it has none)."""
+    operation = {"GET": "read", "POST": "write"}.get(scope.get("method", ""))
+    if scope["type"] != "http" or scope.get("path") != "/files" or operation is None:
+        return None
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"),
+                     keep_blank_values=True, max_num_fields=32)
+    signature = (query.get("signature") or [""])[0]
+    if not signature:
+        return None
+    expires = (query.get("signature_expiration") or [None])[0]
+    if expires is not None and not re.fullmatch(r"-?[0-9]{1,18}", expires):
+        expires = "-1"  # not a time: no signature can match it... and it is long past
+    return SignedUrl(signature=signature[:200], path=(query.get("path") or [""])[0],
+                     operation=operation, user=(query.get("username") or [""])[0],
+                     expiration=None if expires is None else int(expires))
+
+
 def username(scope: Scope) -> str | None:
     """The user E2B's SDK names with ``Authorization: Basic base64(user:)``."""
     scheme, _, value = (_header(scope, b"authorization") or "").partition(" ")
@@ -92,6 +117,13 @@ class SandboxRouter:
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         where = addressed(scope) if scope["type"] in ("http", "websocket") else None
+        signed = signed_url(scope) if scope["type"] == "http" else None
+        if where is None and signed is not None:
+            try:
+                where = (await self._signer(signed), str(ENVD_PORT))
+            except SandboxError as exc:
+                await _refuse(scope, send, exc.http_status, exc.message)
+                return
         if where is None:
             first = scope.get("path", "").split("/")[1]
             if scope["type"] == "http" and first in E2B_API_ROOTS:
@@ -100,7 +132,7 @@ class SandboxRouter:
                 await self.app(scope, receive, send)
             return
         try:
-            found = await self._check(scope, *where)
+            found = await self._check(scope, *where, signed)
         except SandboxError as exc:
             await _refuse(scope, send, exc.http_status, exc.message)
             return
@@ -119,7 +151,17 @@ class SandboxRouter:
         finally:
             target.unbind(token)
 
-    async def _check(self, scope: Scope, sandbox_id: str, port_text: str) -> target.Target:
+    async def _signer(self, url: SignedUrl) -> str:
+        """The sandbox whose access token made ``url``'s signature (the single-URL mode's
+        signed URLs name none): each live sandbox's is tried, a hash apiece."""
+        found = await anyio.to_thread.run_sync(lambda: self.state.provider.list(owner=None))
+        for info in found:
+            if self.tokens.signed(info.sandbox_id, url):
+                return info.sandbox_id
+        raise UnauthenticatedError("invalid signature")
+
+    async def _check(self, scope: Scope, sandbox_id: str, port_text: str,
+                     signed: SignedUrl | None = None) -> target.Target:
         if not _ID.fullmatch(sandbox_id):
             raise NotFoundError(f"sandbox {sandbox_id[:80]!r} not found: E2b-Sandbox-Id "
                                 "must be an id this gateway gave out (sbx-...)")
@@ -128,7 +170,13 @@ class SandboxRouter:
             raise InvalidArgumentError(
                 f"E2b-Sandbox-Port must be a port number, not {port_text[:20]!r}")
         given = _header(scope, b"x-access-token") or _header(scope, b"e2b-traffic-access-token")
-        if not self.tokens.valid(sandbox_id, given):
+        if not given and signed is not None and int(port_text) == ENVD_PORT:
+            # As envd: the signature of the path, operation and user, then its expiration.
+            if not self.tokens.signed(sandbox_id, signed):
+                raise UnauthenticatedError("invalid signature")
+            if signed.expired(time.time()):
+                raise UnauthenticatedError("signature is already expired")
+        elif not self.tokens.valid(sandbox_id, given):
             raise UnauthenticatedError(
                 "this sandbox needs its access token (X-Access-Token): the envdAccessToken "
                 "its create or connect answered" if not given else

@@ -35,6 +35,7 @@ from agent_sandbox.core.errors import (
 )
 from agent_sandbox.core.models import TemplateInfo
 from agent_sandbox.core.templates import BASE, CODE_INTERPRETER, NAME_PATTERN
+from agent_sandbox.surfaces.e2b import envd
 from agent_sandbox.surfaces.e2b.catalog import (
     Tags,
     check_tags,
@@ -143,7 +144,7 @@ def _e2b_template(info: TemplateInfo) -> dict[str, Any]:
             "diskSizeMB": 1024, "public": not info.owner, "aliases": [info.name],
             "names": [info.name], "createdAt": at, "updatedAt": at, "createdBy": None,
             "lastSpawnedAt": None, "spawnCount": 0, "buildCount": 1, "buildStatus": "ready",
-            "envdVersion": "0.5.7"}
+            "envdVersion": envd.VERSION}
 
 
 # ---- building --------------------------------------------------------------------------

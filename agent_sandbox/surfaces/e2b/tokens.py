@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import os
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
 
 from agent_sandbox.core.errors import InvalidArgumentError
@@ -57,3 +58,29 @@ class AccessTokens:
     def valid(self, sandbox_id: str, token: str | None) -> bool:
         return bool(token) and hmac.compare_digest(
             self.for_sandbox(sandbox_id).encode(), str(token).encode())
+
+    def signed(self, sandbox_id: str, url: SignedUrl) -> bool:
+        """Whether ``url``'s signature is the sandbox's: E2B's v1 file URL signature
+        (``sha256(path:operation:user:token[:expiration])``, as its SDKs make it and
+        envd checks it), its expiration not checked here."""
+        parts = [url.path, url.operation, url.user, self.for_sandbox(sandbox_id)]
+        if url.expiration is not None:
+            parts.append(str(url.expiration))
+        digest = hashlib.sha256(":".join(parts).encode()).digest()
+        expected = "v1_" + base64.b64encode(digest).rstrip(b"=").decode()
+        return hmac.compare_digest(expected.encode(), url.signature.encode())
+
+
+@dataclass(frozen=True)
+class SignedUrl:
+    """A ``GET`` (read) or ``POST`` (write) of envd's ``/files`` authorized by its query
+    (``download_url`` / ``upload_url`` of E2B's SDKs) rather than the access token."""
+
+    signature: str
+    path: str
+    operation: str  # "read" or "write"
+    user: str  # "" for the default user
+    expiration: int | None  # Unix seconds
+
+    def expired(self, now: float) -> bool:
+        return self.expiration is not None and self.expiration < now

@@ -6,7 +6,7 @@ import contextlib
 import json
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -15,6 +15,7 @@ import anyio.from_thread
 import anyio.to_thread
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from agent_sandbox.core import validate
 from agent_sandbox.core.cancel import CallCancel
 from agent_sandbox.core.errors import SandboxError
 from agent_sandbox.core.models import CommandResult
@@ -172,3 +173,14 @@ def request_chunks(body: AsyncIterator[bytes], batch: int = 1 << 20) -> Iterator
         chunk = anyio.from_thread.run(pull)
         if chunk:
             yield chunk
+
+
+METADATA_HEADER = "x-metadata-"  # E2B's upload headers: X-Metadata-<key>: <value>
+
+
+def metadata_headers(headers: Mapping[str, str]) -> dict[str, str] | None:
+    """A file's metadata from an upload's ``X-Metadata-<key>`` headers (E2B's, and our
+    REST API's), checked (``core.file_metadata``); None when there are none."""
+    found = {k[len(METADATA_HEADER):]: v for k, v in headers.items()
+             if k.lower().startswith(METADATA_HEADER)}
+    return validate.file_metadata(found)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agent_sandbox.backends.runc.supervisor import (
     ALIVE,
@@ -79,7 +79,10 @@ class _Watch:
     def run(self) -> None:
         db = self.backend.config.db_path
         idle_since: float | None = None
-        while not self.stop.wait(self.interval):
+        due: float | None = None  # the next sandbox deadline (reap_once's): a pass then
+        while not self.stop.wait(self.interval if due is None else
+                                 min(self.interval, max(0.0, due - time.time()) + 0.01)):
+            due = None
             if not db.exists():
                 _log("the data dir was removed; exiting")
                 return
@@ -89,7 +92,7 @@ class _Watch:
                 idle_since = None
                 continue
             self._step("recover", self.backend.recover)
-            self._step("reap", self.service.reap_once)
+            due = self._step("reap", self.service.reap_once)
             if self._busy():
                 idle_since = None
                 continue
@@ -112,11 +115,12 @@ class _Watch:
             self._problem(f"survey failed: {exc}")
             return True
 
-    def _step(self, name: str, step: Callable[[], None]) -> None:
+    def _step(self, name: str, step: Callable[[], Any]) -> Any:
         try:
-            step()
+            return step()
         except Exception as exc:  # noqa: BLE001 - one failed step must not end the watch
             self._problem(f"{name} failed: {exc}")
+            return None
 
     def _problem(self, message: str) -> None:
         if message != self._last_problem:  # the log does not grow with a repeated error

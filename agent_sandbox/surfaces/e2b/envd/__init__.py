@@ -13,6 +13,13 @@ from starlette.routing import Route
 
 from agent_sandbox.surfaces.e2b.routing import ASGIApp
 
+# The envd version the gateway answers as (a sandbox's and a template's envdVersion): the
+# SDKs switch features on by it (e2b/envd/versions.py, js-sdk src/envd/versions.ts), and
+# every gate up to this one is served: file metadata (0.6.2), entries in watch events
+# (0.6.3), watches allowed on network mounts (0.6.4); with it, symlinks are entries of
+# their targets' type with the resolved path, as envd >= 0.6 lists them.
+VERSION = "0.6.4"
+
 
 async def _health(_: Request) -> Response:
     return Response(status_code=204)

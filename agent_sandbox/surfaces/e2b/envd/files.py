@@ -4,7 +4,9 @@
 ``read_file`` / ``write_file``: no file is held whole by the gateway, in memory or on disk.
 
 ``path`` is absolute or relative to the home of ``username`` (E2B's default ``user``); a
-multipart part without ``?path=`` is written to its filename. Errors are envd's
+multipart part without ``?path=`` is written to its filename. ``X-Metadata-<key>`` headers
+are every file's metadata (its ``user.e2b.*`` xattrs, replacing any it had, as envd >=
+0.6.2); each written file's entry gives back what it keeps. Errors are envd's
 ``{code, message}`` with the HTTP status (404: no such file)."""
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from agent_sandbox.surfaces.e2b.envd import paths
 from agent_sandbox.surfaces.e2b.envd.errors import http_error, http_sandbox_error
 from agent_sandbox.surfaces.e2b.envd.multipart import MultipartReader, boundary
 from agent_sandbox.surfaces.http.errors import log
-from agent_sandbox.surfaces.http.streaming import request_chunks
+from agent_sandbox.surfaces.http.streaming import metadata_headers, request_chunks
 
 _PIECE = 1 << 20  # bytes of decompressed upload passed on at a time
 
@@ -45,8 +47,11 @@ def _path(request: Request, given: str | None = None) -> str:
     return paths.resolve(path, _user(request))
 
 
-def _written(path: str) -> dict[str, str]:
-    return {"name": posixpath.basename(path), "type": "file", "path": path}
+def _written(path: str, metadata: dict[str, str] | None = None) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": posixpath.basename(path), "type": "file", "path": path}
+    if metadata:  # envd leaves it out when the file has none
+        entry["metadata"] = metadata
+    return entry
 
 
 async def _answer(call: Callable[[], Any]) -> Any:
@@ -97,13 +102,20 @@ async def upload(request: Request) -> Response:
     if encoding not in ("identity", "gzip"):
         return http_error(415, f"Content-Encoding {encoding[:40]!r} is not supported "
                                "(identity or gzip)")
+    try:
+        metadata = metadata_headers(request.headers)
+    except SandboxError as exc:
+        return http_sandbox_error(exc)
     body = request_chunks(request.stream())
     data = gunzip(body) if encoding == "gzip" else body
 
-    def write(path: str, content: Iterator[bytes]) -> dict[str, str]:
+    def write(path: str, content: Iterator[bytes]) -> dict[str, Any]:
         # A new file is the user's, as in E2B: its commands (run as that user) may change it.
-        found.provider.write_file(found.sandbox_id, path, content, user=_user(request))
-        return _written(path)
+        found.provider.write_file(found.sandbox_id, path, content, user=_user(request),
+                                  metadata=metadata)
+        # What it keeps (none where the filesystem has no user xattrs), as envd reads back.
+        kept = found.provider.stat(found.sandbox_id, path).metadata if metadata else None
+        return _written(path, kept)
 
     def raw() -> JSONResponse:
         with found.state.quotas.upload_slot(found.api_key()):  # it holds a thread

@@ -3,18 +3,23 @@ move and remove paths, and watch directories (``watchers``). Paths are absolute 
 relative to the user's home (``paths``); the user is the one the request names (Basic
 auth), E2B's default ``user`` otherwise.
 
-Owner and group are the names in the sandbox's own /etc/passwd and /etc/group; metadata
-(xattrs) is left empty. A symlink is reported as envd before 0.6 did: type
-SYMLINK, with its target."""
+Owner and group are the names in the sandbox's own /etc/passwd and /etc/group; metadata is
+the file's ``user.e2b.*`` xattrs. A symlink is reported as envd >= 0.6 reports it: the type
+of what it finally points at, ``symlink_target`` that entry's absolute path (a dangling or
+looping one: its own path, type unspecified). A watch started with ``include_entry`` gives
+the entry of what a create, write or chmod event names, as envd (best effort: none when it
+is gone by then, or past ``ENTRIES_PER_BATCH`` in one batch)."""
 
 from __future__ import annotations
 
 import asyncio
+import posixpath
 import stat as stat_mod
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio.to_thread
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 from connectrpc.request import RequestContext
@@ -35,6 +40,8 @@ from agent_sandbox.surfaces.e2b.envd_pb.filesystem.filesystem_connect import (
 _TYPES = {"file": pb.FileType.FILE, "dir": pb.FileType.DIRECTORY,
           "symlink": pb.FileType.SYMLINK}
 _SETTLE = 0.15  # seconds an empty GetWatcherEvents waits for events on their way
+ENTRIES_PER_BATCH = 256  # events of one batch given their entry at most (a stat apiece)
+_CARRY_ENTRY = (pb.EventType.CREATE, pb.EventType.WRITE, pb.EventType.CHMOD)  # envd's
 _KEEPALIVE = pb.WatchDirResponse(event=Oneof("keepalive", pb.WatchDirResponse.KeepAlive()))
 
 
@@ -53,12 +60,38 @@ def permissions(entry: EntryInfo) -> str:
 
 def entry_info(entry: EntryInfo) -> pb.EntryInfo:
     seconds = int(entry.mtime // 1)
+    kind, target = entry.type, entry.symlink_target
+    if kind == "symlink":  # envd >= 0.6: what it resolves to, and that entry's type
+        kind, target = entry.target_type or "other", entry.resolved_target or entry.path
     return pb.EntryInfo(
-        name=entry.name, type=_TYPES.get(entry.type, pb.FileType.UNSPECIFIED),
+        name=entry.name, type=_TYPES.get(kind, pb.FileType.UNSPECIFIED),
         path=entry.path, size=entry.size, mode=entry.mode & 0o777,
         permissions=permissions(entry),
         modified_time=Timestamp(seconds=seconds, nanos=int((entry.mtime - seconds) * 1e9)),
-        symlink_target=entry.symlink_target, owner=entry.owner, group=entry.group)
+        symlink_target=target, owner=entry.owner, group=entry.group,
+        metadata=entry.metadata or {})
+
+
+async def with_entries(found: target.Target, root: str,
+                       events: list[pb.FilesystemEvent]) -> list[pb.FilesystemEvent]:
+    """``events`` with the entry of what each create, write or chmod names (a stat now,
+    as envd's: none when it is gone), at most ``ENTRIES_PER_BATCH`` of them."""
+    out = []
+    budget = ENTRIES_PER_BATCH
+    for event in events:
+        if event.type in _CARRY_ENTRY and budget > 0:
+            budget -= 1
+            path = posixpath.join(root, event.name)
+            try:
+                entry = await anyio.to_thread.run_sync(found.provider.stat,
+                                                       found.sandbox_id, path)
+            except SandboxError:
+                entry = None
+            if entry is not None:
+                event = pb.FilesystemEvent(name=event.name, type=event.type,
+                                           entry=entry_info(entry))
+        out.append(event)
+    return out
 
 
 def _where(path: str, what: str = "path") -> tuple[target.Target, str]:
@@ -149,15 +182,18 @@ class FilesystemService(Filesystem):
     async def watch_dir(self, request: pb.WatchDirRequest, ctx: RequestContext[Any, Any],
                         /) -> AsyncIterator[pb.WatchDirResponse]:
         root, watch = await self._watch(request.path, request.recursive)
+        found = target.current()
         try:
             yield pb.WatchDirResponse(event=Oneof("start", pb.WatchDirResponse.StartEvent()))
             # The keepalives (one per quiet 15 s) also find a client that went away.
             async for batch in watch.batches():
                 if not batch:
                     yield _KEEPALIVE
-                for event in batch:
-                    for out in watchers.envd_events(root, event):
-                        yield pb.WatchDirResponse(event=Oneof("filesystem", out))
+                events = [out for event in batch for out in watchers.envd_events(root, event)]
+                if request.include_entry:
+                    events = await with_entries(found, root, events)
+                for out in events:
+                    yield pb.WatchDirResponse(event=Oneof("filesystem", out))
             if watch.error is not None:
                 raise connect_error(watch.error)
         finally:
@@ -167,7 +203,8 @@ class FilesystemService(Filesystem):
                              ctx: RequestContext[Any, Any], /) -> pb.CreateWatcherResponse:
         self.watchers.reap()
         root, watch = await self._watch(request.path, request.recursive)
-        watcher_id = self.watchers.add(target.current().sandbox_id, root, watch)
+        watcher_id = self.watchers.add(target.current().sandbox_id, root, watch,
+                                       include_entry=request.include_entry)
         return pb.CreateWatcherResponse(watcher_id=watcher_id)
 
     async def get_watcher_events(self, request: pb.GetWatcherEventsRequest,
@@ -183,6 +220,9 @@ class FilesystemService(Filesystem):
         while not events and time.monotonic() < settle:
             await asyncio.sleep(0.01)
             events = self.watchers.events(sandbox_id, request.watcher_id)
+        root = self.watchers.entries_root(sandbox_id, request.watcher_id)
+        if events and root is not None:
+            events = await with_entries(target.current(), root, events)
         return pb.GetWatcherEventsResponse(events=events)
 
     async def remove_watcher(self, request: pb.RemoveWatcherRequest,

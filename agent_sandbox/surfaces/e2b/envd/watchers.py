@@ -89,6 +89,7 @@ class _Watcher:
     sandbox_id: str
     root: str
     relay: Relay
+    include_entry: bool = False  # events carry the entry they name (envd >= 0.6.3)
     polled: float = field(default_factory=time.monotonic)
 
     def expired(self, now: float) -> bool:
@@ -112,11 +113,20 @@ class Watchers:
         for watcher in dropped:
             watcher.relay.stream.close()
 
-    def add(self, sandbox_id: str, root: str, watch: Relay) -> str:
+    def add(self, sandbox_id: str, root: str, watch: Relay, *,
+            include_entry: bool = False) -> str:
         watcher_id = secrets.token_hex(12)
         with self._lock:
-            self._all[watcher_id] = _Watcher(sandbox_id, root, watch)
+            self._all[watcher_id] = _Watcher(sandbox_id, root, watch, include_entry)
         return watcher_id
+
+    def entries_root(self, sandbox_id: str, watcher_id: str) -> str | None:
+        """The watched directory when the watcher's events carry entries, else None."""
+        with self._lock:
+            watcher = self._all.get(watcher_id)
+        if watcher is None or watcher.sandbox_id != sandbox_id or not watcher.include_entry:
+            return None
+        return watcher.root
 
     def _get(self, sandbox_id: str, watcher_id: str) -> _Watcher:
         with self._lock:

@@ -20,7 +20,7 @@ from agent_sandbox.core.bounds import (
 )
 from agent_sandbox.core.models import EntryInfo, FileLock
 from agent_sandbox.surfaces.http.auth import Principal
-from agent_sandbox.surfaces.http.streaming import request_chunks
+from agent_sandbox.surfaces.http.streaming import metadata_headers, request_chunks
 from agent_sandbox.surfaces.rest.routes.deps import Caller, SandboxId, State
 from agent_sandbox.surfaces.rest.schemas import (
     HOLDER_PATTERN,
@@ -100,13 +100,14 @@ async def upload(sandbox_id: SandboxId, state: State, request: Request, path: Ne
         if_match = header.strip().removeprefix("W/").strip('"')
     # A header keeps the token out of access logs, which print the query.
     lock_token = lock_token or request.headers.get("x-abx-lock-token") or None
+    metadata = metadata_headers(request.headers)  # X-Metadata-<key>: <value>
     chunks = request_chunks(request.stream())
 
     def write() -> int:
         with state.quotas.upload_slot(who.key):  # it holds a thread while the client sends
             return state.provider.write_file(sandbox_id, path, chunks, mode=mode, user=user,
                                              if_match=if_match, lock_wait=lock_wait,
-                                             lock_token=lock_token)
+                                             lock_token=lock_token, metadata=metadata)
 
     size = await anyio.to_thread.run_sync(write)
     return Written(size=size)

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from agent_sandbox.core.metrics import SandboxMetrics
-from agent_sandbox.core.models import SandboxInfo
+from agent_sandbox.core.models import SandboxInfo, SandboxLogEntry
 from agent_sandbox.core.spec import CreateSpec
 from agent_sandbox.surfaces.http.auth import check_network, check_volume
 from agent_sandbox.surfaces.rest.routes.deps import Caller, SandboxId, State
@@ -53,6 +53,13 @@ def sandbox_metrics(sandbox_id: SandboxId, state: State,
     """Its CPU, memory and disk over time (a sample is read now when it runs; the kept
     ones between ``start`` and ``end``, Unix seconds, oldest first)."""
     return state.provider.metrics(sandbox_id, start, end)
+
+
+@router.get("/{sandbox_id}/logs")
+def sandbox_logs(sandbox_id: SandboxId, state: State) -> list[SandboxLogEntry]:
+    """Its log, oldest first (the last 1000 lines): what happened to it (created, paused,
+    resumed, its timeout or network changed) and its start command's output."""
+    return state.provider.logs(sandbox_id)
 
 
 @router.post("/{sandbox_id}/pause")
