@@ -66,6 +66,10 @@ if ! .venv/bin/python -c "import agent_sandbox" 2>/dev/null \
     quietly .venv/bin/python -m pip install -q -e '.[test]'
     touch .venv/.installed
 fi
+# Bytecode of the package, made once here: a Python told not to write it (CI runners set
+# PYTHONDONTWRITEBYTECODE) still reads it, so no `abx` or server compiles the package
+# at each start. A second or two; later runs compile only what changed.
+.venv/bin/python -m compileall -q -j 0 agent_sandbox >/dev/null || true
 
 # Keep the root engine's sandbox ids (100000+65536) out of the subordinate ranges that
 # useradd hands to new users (their rootless sandboxes would share host ids otherwise).

@@ -11,12 +11,14 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
 
 from agent_sandbox import Sandbox
+from agent_sandbox.backends.runc.host.guest_python import GUEST_EXE
 from agent_sandbox.backends.runc.rootfs import overlay as rootfs
 from agent_sandbox.backends.runc.stage import Stage
 from agent_sandbox.config.settings import Settings
@@ -86,7 +88,7 @@ def test_stage_copies_the_guest_once_per_content() -> None:
         guest = Path(tmp) / "guest"
         (guest / "__pycache__").mkdir(parents=True)
         (guest / "agent.py").write_text("X = 1\n")
-        (guest / "__pycache__" / "agent.cpython-311.pyc").write_bytes(b"\0" * 16)
+        (guest / "__pycache__" / "agent.cpython-39.pyc").write_bytes(b"\0" * 16)
         os.symlink("/etc/shadow", guest / "link.py")  # never copied, never followed
         os.utime(guest / "agent.py", ns=(1, 123_456_789_000))
         root = Path(tmp) / "stage"
@@ -95,8 +97,13 @@ def test_stage_copies_the_guest_once_per_content() -> None:
             files = Stage(root, lambda: rootfs.file_lock(lock)).files(guest)
             assert os.path.ismount(root)
             copy = Path(files.guest_dir)
-            assert sorted(p.relative_to(copy).as_posix() for p in copy.rglob("*")) == [
-                "__pycache__", "__pycache__/agent.cpython-311.pyc", "agent.py"]
+            # Plus the bytecode of the Python the guest runs on, readable by every sandbox.
+            tag = subprocess.run([GUEST_EXE, "-c", "import sys; print(sys.implementation."
+                                  "cache_tag)"], capture_output=True, text=True).stdout.strip()
+            assert {p.relative_to(copy).as_posix() for p in copy.rglob("*")} == {
+                "__pycache__", "__pycache__/agent.cpython-39.pyc",
+                f"__pycache__/agent.{tag}.pyc", "agent.py"}
+            assert (copy / "__pycache__" / f"agent.{tag}.pyc").stat().st_mode & 0o777 == 0o644
             assert (copy / "agent.py").stat().st_mtime_ns == 123_456_789_000
             assert (copy / "agent.py").stat().st_mode & 0o777 == 0o644
             assert Path(files.empty_file).read_bytes() == b""
@@ -122,3 +129,6 @@ def test_stage_holds_the_real_guest() -> None:
         ours = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
                 for p in GUEST_DIR.glob("*.py")}
         assert inside == ours
+        # With its bytecode: a sandbox's start does not compile the guest again.
+        tag = "$(python3 -c 'import sys; print(sys.implementation.cache_tag)')"
+        assert sb.commands.run(f"test -f /.abx/guest/__pycache__/agent.{tag}.pyc").exit_code == 0

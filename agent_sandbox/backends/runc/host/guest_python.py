@@ -12,6 +12,7 @@ from agent_sandbox.core.errors import RuntimeUnavailableError
 
 # Where every sandbox sees the host's /usr, read-only: the guest agent runs from it.
 HOST_USR = "/.abx/hostusr"
+GUEST_EXE = "/usr/bin/python3"  # the host's, which the guest agent runs on
 
 
 @dataclass
@@ -27,7 +28,7 @@ def host_python() -> GuestPython:
     """The host's python3 seen through a read-only bind of its /usr, started by the
     host's dynamic loader with the host's libraries: it needs nothing from the template,
     not even a libc."""
-    exe = Path("/usr/bin/python3")
+    exe = Path(GUEST_EXE)
     real = Path(os.path.realpath(exe))
     loader = Path(os.path.realpath(_elf_interpreter(real)))
     if not _under_usr(real) or not _under_usr(loader):
