@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -421,11 +422,13 @@ def test_template_metadata_reaches_live_sandboxes_within_the_reuse_window(
 
     from agent_sandbox.service import access
 
-    monkeypatch.setattr(access, "TEMPLATE_REUSE", 0.5)
+    monkeypatch.setattr(access, "TEMPLATE_REUSE", 3600.0)  # however slow the host is
     tmpl = store.import_dir(name, _busybox_rootfs(tmp_path / "bb"), env={"FOO": "one"})
     with Sandbox.create(template=name) as sb:
         assert sb.commands.run("echo $FOO").stdout == "one\n"
         store.save(replace(tmpl, env={"FOO": "two"}))
         assert sb.commands.run("echo $FOO").stdout == "one\n"  # within the window
-        time.sleep(0.6)
+        # The window over (its clock moved on, not the test's: no timing to race).
+        later = time.monotonic() + access.TEMPLATE_REUSE + 1
+        monkeypatch.setattr(access, "time", SimpleNamespace(monotonic=lambda: later))
         assert sb.commands.run("echo $FOO").stdout == "two\n"
