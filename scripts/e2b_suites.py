@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -114,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
               "pip install -e '.[test,e2b-suites]'", file=sys.stderr)
         return 2
 
+    # Stopped (SIGTERM) as on Ctrl-C: pytest, the gateway and the data dir are cleaned up.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sys.path.insert(0, str(ROOT / "bench"))
     from _gateway import engine_and_gateway
 
