@@ -1,8 +1,9 @@
 """The embedded engine and a loopback gateway for a benchmark, started the same way by every
-script that compares them (gateway.py, pty.py, watch.py, e2b.py).
+script that compares them (gateway.py, pty.py, watch.py, e2b_sdk.py) and by
+scripts/e2b_suites.py.
 
-Unless ``ABX_DATA_DIR`` is set, both use a fresh data dir, removed (with the engine's host
-mounts) afterwards, so a bench leaves nothing behind.
+Unless ``ABX_DATA_DIR`` is set, both use a fresh data dir, removed (with its sandboxes and
+the engine's host mounts) afterwards, so a bench leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -52,7 +53,12 @@ def engine_and_gateway(keys: dict[str, dict[str, Any]] | None = None) -> Iterato
         yield Setup(local, gateway, tokens)
     finally:
         gateway.stop()
-        if own_data:  # leave no mounts or data dir behind
+        if own_data:  # leave no sandboxes, mounts or data dir behind
+            from agent_sandbox.backends.runc import supervisor
+
+            for info in local.list():
+                local.kill(info.sandbox_id, delete_volume=True)
+            supervisor.stop(Path(os.environ["ABX_DATA_DIR"]))
             local.close()
             local.backend.release_host_mounts()
             shutil.rmtree(os.environ["ABX_DATA_DIR"], ignore_errors=True)

@@ -146,6 +146,10 @@ COMMANDS: dict[tuple[str, str], Command] = {
         "socket of its own"),
     ("docs/e2b.md", r"keys create --name agents --e2b"): Run(capture=_e2b_key),
     ("docs/e2b.md", r"^abx serve"): Server(health="http://127.0.0.1:8080/health", port=8080),
+    ("docs/e2b.md", r"e2b.suites"): Skip(
+        "runs E2B's own suites (over 15 minutes on 2 cores, their own sandboxes) with "
+        "pytest-asyncio, which the test extra leaves out: how they are run, not part of "
+        "this suite; tests/unit/test_e2b_suites_script.py checks the runner's report"),
     ("docs/gateway.md", r"--name ops --admin --json"): Run(capture=_admin_key),
     ("docs/gateway.md", r"^abx serve"): Server(health="http://127.0.0.1:8080/health",
                                                port=8080),

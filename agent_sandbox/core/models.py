@@ -165,6 +165,8 @@ class TemplateInfo(BaseModel):
     workdir: str = "/workspace"
     commands: dict[str, dict[str, str]] = {}
     has_kernel: bool = False
+    languages: list[str] = Field([], description="the code interpreter's languages (each a "
+                                 "kernel the template has)")
     created_at: float = 0.0
     # Recipe templates: the template built on, its own layers and their bytes, and the
     # API key (tenant) that built it ("" for the host's own, which every key may use).

@@ -10,6 +10,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from agent_sandbox.core import code_languages
 from agent_sandbox.core.errors import InvalidArgumentError
 
 # One spelling for JSON Schema (``$`` is the end there) and Python (fullmatch).
@@ -46,6 +47,15 @@ class Template:
     start_cmd: str = ""  # CMD/ENTRYPOINT: started in the background at create
     ready_cmd: str = ""  # HEALTHCHECK CMD: create returns once it exits 0
     labels: dict[str, str] = field(default_factory=dict)
+
+    def kernels(self) -> dict[str, dict[str, Any]]:
+        """Language -> how its kernel starts: ``kernel``'s own (Python's unless it names
+        another) and those under its ``languages``; only those it can start (an argv)."""
+        kernel = self.kernel or {}
+        specs = {kernel.get("language", code_languages.PYTHON): kernel,
+                 **kernel.get("languages", {})}
+        return {lang: spec for lang, spec in specs.items()
+                if isinstance(spec, dict) and spec.get("argv")}
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

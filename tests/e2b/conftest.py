@@ -11,6 +11,8 @@ from e2bgateway import E2BGateway
 from gateways import running_gateway
 
 pytestmark = pytest.mark.integration
+# E2B's own tests, vendored: not our suite (scripts/e2b_suites.py runs them).
+collect_ignore = ["upstream"]
 
 
 @pytest.fixture(scope="session")

@@ -116,6 +116,11 @@ def test_contexts(ci: object) -> None:
     assert ci.run_code("ctx_y").error.name == "NameError"  # the default context is another
     listed = {c.id: c for c in ci.list_code_contexts()}
     assert listed[ctx.id].cwd == "/tmp" and listed[ctx.id].language == "python"
+    # E2B's server starts Python's and JavaScript's default contexts at boot: listed
+    # whether or not a cell has run in them yet, and usable by what the list says.
+    defaults = {c.language: c for c in listed.values() if c.id != ctx.id}
+    assert {"python", "javascript"} <= set(defaults)
+    assert ci.run_code("6 * 7", context=defaults["python"]).text == "42"
 
     ci.restart_code_context(ctx)
     gone = ci.run_code("ctx_y", context=ctx)

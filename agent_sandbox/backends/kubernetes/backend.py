@@ -350,7 +350,8 @@ class KubernetesBackend(NoSnapshots):
     def list_templates(self) -> list[TemplateInfo]:
         return [TemplateInfo(name=name, kind="image", description=t.description, env=t.env,
                              workdir=t.workdir, commands=t.commands,
-                             has_kernel=t.kernel is not None, created_at=t.created_at)
+                             has_kernel=t.kernel is not None, languages=sorted(t.kernels()),
+                             created_at=t.created_at)
                 for name, data in sorted(self.catalog.entries(refresh=True).items())
                 for t in [template_of(name, data)]]
 

@@ -448,6 +448,7 @@ def _template_info(t: Template) -> TemplateInfo:
     own = t.build_inputs.get("recipe_own", []) if t.kind == "recipe" else []
     return TemplateInfo(name=t.name, kind=t.kind, description=t.description, env=t.env,
                         workdir=t.workdir, commands=t.commands, has_kernel=t.kernel is not None,
-                        created_at=t.created_at, parent=t.parent, layers=len(own),
+                        languages=sorted(t.kernels()), created_at=t.created_at,
+                        parent=t.parent, layers=len(own),
                         size_bytes=int(t.build_inputs.get("recipe_bytes", 0)),
                         owner=str(t.build_inputs.get("owner", "")))

@@ -63,16 +63,13 @@ _TCP_PORTS = (20000, 60000)  # where a TCP kernel's ports start (random: a clash
 def kernel_spec(tmpl: Template, language: str) -> dict[str, Any]:
     """How ``tmpl`` starts a kernel of ``language`` (its ``kernel``: Python's, and the
     other languages it has under ``languages``), or why it cannot."""
-    kernel = tmpl.kernel or {}
-    specs = {kernel.get("language", code_languages.PYTHON): kernel,
-             **kernel.get("languages", {})}
-    spec = specs.get(language)
-    if not isinstance(spec, dict) or not spec.get("argv"):
+    specs = tmpl.kernels()
+    if language not in specs:
         raise WrongStateError(
             f"template {tmpl.name!r} has no {language} kernel (it runs "
             f"{', '.join(sorted(specs))}); see docs/engine.md, The code interpreter: a "
             "language's packages could not be had when the template was built")
-    return spec
+    return specs[language]
 
 
 class _KernelGone(Exception):

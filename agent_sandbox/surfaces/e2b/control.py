@@ -512,12 +512,16 @@ def _snapshot_info(snap: SnapshotInfo) -> dict[str, Any]:
             "names": [snap.name] if snap.name else [snap.snapshot_id]}
 
 
+def _named(snap: SnapshotInfo, name: str) -> bool:
+    """``name`` names the snapshot: its id, or the name it was given."""
+    return name in (snap.snapshot_id, snap.name)
+
+
 def snapshot_of(state: GatewayState, who: Principal, template: str) -> str | None:
-    """The caller's snapshot a create's templateID names (its id, or the name it was
-    given), else None: a template."""
+    """The caller's snapshot a create's templateID names, else None: a template."""
     owner = None if who.admin else who.owner
     for snap in state.provider.list_snapshots(owner=owner):
-        if template in (snap.snapshot_id, snap.name):
+        if _named(snap, template):
             return snap.snapshot_id
     return None
 
@@ -535,10 +539,14 @@ def create_snapshot(sandbox_id: str, state: State, who: Caller,
 @router.get("/snapshots")
 def list_snapshots(state: State, who: Caller,
                    sandbox_id: Annotated[str | None, Query(alias="sandboxID")] = None,
+                   name: Annotated[str | None, Query(max_length=300)] = None,
                    limit: Annotated[int, Query(ge=1, le=1000)] = 1000) -> list[dict[str, Any]]:
+    """The caller's snapshots, of one sandbox (``sandboxID``) or named ``name`` (its id
+    or its name) if given."""
     snaps = state.provider.list_snapshots(owner=None if who.admin else who.owner)
     return [_snapshot_info(s) for s in snaps
-            if sandbox_id is None or s.sandbox_id == sandbox_id][:limit]
+            if (sandbox_id is None or s.sandbox_id == sandbox_id)
+            and (name is None or _named(s, name))][:limit]
 
 
 @router.delete("/templates/{template_id}", status_code=204)

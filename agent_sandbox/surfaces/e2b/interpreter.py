@@ -32,6 +32,7 @@ from agent_sandbox.surfaces.http.streaming import NDJSON, work_events
 
 T = TypeVar("T")
 _MAX_BODY = 8 << 20  # a cell's code and its env_vars
+_BOOT_LANGUAGES = (code_languages.PYTHON, "javascript")  # E2B's server starts their kernels
 
 
 async def _blocking(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -63,8 +64,9 @@ def _text(body: dict[str, Any], name: str) -> str | None:
     return value
 
 
-def _check_kernel(found: target.Target) -> None:
-    """A clear answer for a sandbox whose template has no kernel (E2B's ``base``)."""
+def _check_kernel(found: target.Target) -> list[str]:
+    """The languages of the sandbox's template, or a clear answer for one without a kernel
+    (E2B's ``base``)."""
     info = found.provider.info(found.sandbox_id)
     for tmpl in found.provider.list_templates():
         if tmpl.name == info.template and not tmpl.has_kernel:
@@ -72,6 +74,9 @@ def _check_kernel(found: target.Target) -> None:
                 f"sandbox {found.sandbox_id} was created from template {info.template!r}, "
                 "which has no code interpreter: create it from 'code-interpreter-v1' (what "
                 "e2b_code_interpreter's Sandbox.create() uses) or a template built on it")
+        if tmpl.name == info.template:
+            return tmpl.languages
+    return []  # not among the templates listed: nothing known of its kernels
 
 
 def _context_id(value: str | None, found: target.Target) -> str:
@@ -158,11 +163,19 @@ async def _create_context(request: Request) -> JSONResponse:
 
 
 async def _list_contexts(_: Request) -> JSONResponse:
+    """The sandbox's contexts. E2B's server starts Python's and JavaScript's default
+    contexts as the sandbox boots, so its list always has them; ours start with their
+    first cell, and are listed before that all the same (in the home they move to)."""
     found = target.current()
 
     def listed() -> list[CodeContext]:
-        _check_kernel(found)
-        return found.provider.list_code_contexts(found.sandbox_id)
+        languages = _check_kernel(found)
+        contexts = found.provider.list_code_contexts(found.sandbox_id)
+        started = {c.id for c in contexts}
+        boot = [CodeContext(id=code_languages.default_context(lang), language=lang,
+                            cwd=cells.HOME) for lang in _BOOT_LANGUAGES
+                if lang in languages and code_languages.default_context(lang) not in started]
+        return boot + contexts
 
     return JSONResponse([_context(c) for c in await _blocking(listed)])
 
