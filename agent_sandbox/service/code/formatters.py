@@ -9,6 +9,9 @@ saved (as E2B's template does; matplotlib saves PNGs through Pillow, so
   ``e2b_charts`` package (in the template, as in E2B's): its type (line, scatter, bar, pie,
   box and whisker, a figure of several as a superchart), title, labels, units, scales,
   ticks and elements. A blank figure, or one the extraction fails on, has none, as in E2B.
+- ``application/json`` (``result.json``): a dict or a list is also its own JSON (numpy's
+  values as lists and numbers, times as ISO strings), as E2B's formatter gives it; one
+  that is not JSON (NaN, other objects) has none.
 
 Neither imports pandas or matplotlib: only a cell that uses them does. Run by
 ``exec_lines``, so the setup binds no name in the user's namespace and counts no
@@ -18,9 +21,9 @@ Bounded in the kernel, so that a big one is left out rather than costing its who
 result: the host drops a bundle past ``MAX_EVENT`` bytes or ``MAX_CONTAINERS`` JSON arrays
 and objects (``guestlink/kernel_channel.py``), the figure's image and the frame's text
 with it. A frame of more than ``MAX_FRAME_CELLS`` values, a figure of more than
-``MAX_CHART_POINTS`` plotted points, and either whose JSON comes to more than
+``MAX_CHART_POINTS`` plotted points, and any of the three whose JSON comes to more than
 ``MAX_FORMAT_BYTES`` bytes or ``MAX_FORMAT_CONTAINERS`` arrays and objects, gets no
-``data`` or ``chart``; its other formats come as usual. These bounds only spare an honest
+``data``, ``chart`` or ``json``; its other formats come as usual. These bounds only spare an honest
 kernel's result: the host trusts none of it (``guestlink/kernel_cell.py`` checks and
 bounds whatever arrives).
 """
@@ -43,7 +46,7 @@ def _abx_setup():
 
     import IPython
     import IPython.display
-    from IPython.core.formatters import BaseFormatter
+    from IPython.core.formatters import BaseFormatter, JSONFormatter
     from traitlets import ObjectName, Unicode
 
     class DataFormatter(BaseFormatter):
@@ -61,6 +64,25 @@ def _abx_setup():
             if figure is not None and isinstance(obj, figure.Figure):
                 return chart(obj)
             return super().__call__(obj)
+
+    class JsonFormatter(JSONFormatter):
+        def __call__(self, obj):  # a dict or a list is its own JSON, as in E2B
+            if isinstance(obj, (dict, list)):
+                try:
+                    value = bounded(json.loads(json.dumps(obj, default=plain,
+                                                          allow_nan=False)))
+                except (TypeError, ValueError, RecursionError):
+                    value = None
+                if value is not None:
+                    return value, {"expanded": True}
+            return super().__call__(obj)
+
+    def plain(v):  # numpy's arrays and numbers, times: as E2B's orjson gives them
+        if hasattr(v, "tolist"):
+            return v.tolist()
+        if hasattr(v, "isoformat"):
+            return v.isoformat()
+        raise TypeError(type(v).__name__)
 
     def bounded(value):  # None past what the host takes in one result
         text = json.dumps(value, default=str)
@@ -105,6 +127,8 @@ def _abx_setup():
             found.for_type_by_name(module, "DataFrame", columns)
         shell.display_formatter.formatters["DATA_MIME"] = found
         shell.display_formatter.formatters["CHART_MIME"] = ChartFormatter(
+            parent=shell.display_formatter)
+        shell.display_formatter.formatters["application/json"] = JsonFormatter(
             parent=shell.display_formatter)
     try:  # Pillow comes with matplotlib: an image shown or saved is displayed, as in E2B
         from PIL import Image
