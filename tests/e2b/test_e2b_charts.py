@@ -119,13 +119,19 @@ def test_chart_json_from_a_hostile_kernel(ci: object) -> None:
 
 def test_a_dict_or_list_is_its_own_json(ci: object) -> None:
     """As E2B's formatter: a dict or list value has ``json`` (numpy's values as lists and
-    numbers, keys as strings), one that is not JSON has none; a display's own JSON stays."""
+    numbers, keys as strings, NaN as null), one holding other objects has none; a display's
+    own JSON stays."""
     value = ci.run_code("import numpy as np\n{'a': [1, 2], 3: np.arange(2), 'f': np.float64(.5)}")
     (result,) = value.results
     assert result.json == {"a": [1, 2], "3": [0, 1], "f": 0.5} and result.is_main_result
     assert result.formats() == ["text", "json"]
     assert ci.run_code("[1, 'x', None]").results[0].json == [1, "x", None]
-    for not_json in ("{'n': float('nan')}", "[object()]", "(1, 2)", "'text'"):
+    for not_json in ("[object()]", "(1, 2)", "'text'"):
         assert ci.run_code(not_json).results[0].json is None, not_json
+    # NaN and the infinities are null (as E2B's orjson gives them), in a chart too.
+    assert ci.run_code("[float('nan'), float('inf')]").results[0].json == [None, None]
+    gap = ci.run_code("import matplotlib.pyplot as plt\nplt.plot([1, float('nan'), 3]); plt.show()")
+    assert gap.results[0].chart.elements[0].points[1] == (1.0, None)
+    assert gap.logs.stderr == []  # no warning of the kernel's about a message not JSON
     shown = ci.run_code("from IPython.display import JSON\nJSON({'k': 1})")
     assert shown.results[0].json == {"k": 1}

@@ -28,6 +28,9 @@ def test_parse_event_refuses_what_is_not_an_event() -> None:
         assert parse_event(line) is None, line[:20]
     event = parse_event(b'{"t": "idle", "id": 1}')
     assert event is not None and (event["t"], event["id"]) == ("idle", 1)
+    # NaN and Infinity, which Python's json reads but JSON has not: null.
+    event = parse_event(b'{"t": "result", "data": {"e2b/chart": {"v": [NaN, -Infinity, 1]}}}')
+    assert event is not None and event["data"]["e2b/chart"] == {"v": [None, None, 1]}
     # Parsed cost is charged: 50k empty lists cost far more than their 150 kB of text.
     many = b'{"t": "x", "a": [' + b"[]," * 50000 + b"[]]}"
     assert parse_event(many)["_bytes"] >= 50000 * CONTAINER_COST  # type: ignore[index]

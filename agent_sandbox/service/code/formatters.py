@@ -11,7 +11,9 @@ saved (as E2B's template does; matplotlib saves PNGs through Pillow, so
   ticks and elements. A blank figure, or one the extraction fails on, has none, as in E2B.
 - ``application/json`` (``result.json``): a dict or a list is also its own JSON (numpy's
   values as lists and numbers, times as ISO strings), as E2B's formatter gives it; one
-  that is not JSON (NaN, other objects) has none.
+  holding other objects has none.
+
+NaN and the infinities are null in all three (JSON has none).
 
 Neither imports pandas or matplotlib: only a cell that uses them does. Run by
 ``exec_lines``, so the setup binds no name in the user's namespace and counts no
@@ -69,8 +71,7 @@ def _abx_setup():
         def __call__(self, obj):  # a dict or a list is its own JSON, as in E2B
             if isinstance(obj, (dict, list)):
                 try:
-                    value = bounded(json.loads(json.dumps(obj, default=plain,
-                                                          allow_nan=False)))
+                    value = bounded(json.loads(json.dumps(obj, default=plain)))
                 except (TypeError, ValueError, RecursionError):
                     value = None
                 if value is not None:
@@ -84,8 +85,21 @@ def _abx_setup():
             return v.isoformat()
         raise TypeError(type(v).__name__)
 
-    def bounded(value):  # None past what the host takes in one result
-        text = json.dumps(value, default=str)
+    def finite(v):  # NaN and the infinities as null: JSON has none
+        if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+            return None
+        if isinstance(v, dict):
+            return {k: finite(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [finite(x) for x in v]
+        return v
+
+    def bounded(value):  # JSON, NaN as null; None past what the host takes in one result
+        try:
+            text = json.dumps(value, default=str, allow_nan=False)
+        except ValueError:
+            value = finite(value)
+            text = json.dumps(value, default=str)
         if (len(text) > MAX_FORMAT_BYTES
                 or text.count("[") + text.count("{") > MAX_FORMAT_CONTAINERS):
             return None
