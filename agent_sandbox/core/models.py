@@ -217,18 +217,30 @@ class FilesystemEvent(BaseModel):
 
 # ---- the code interpreter -------------------------------------------------------------------
 
+# The formats a Python kernel adds as E2B's code interpreter does (service/code/formatters.py):
+# a pandas DataFrame's columns, and the data of a matplotlib figure's chart.
+DATA_MIME = "e2b/data"
+CHART_MIME = "e2b/chart"
+
 # MIME type -> Result attribute.
 RESULT_MIME_FIELDS = {
     "text/plain": "text", "text/html": "html", "text/markdown": "markdown",
     "image/svg+xml": "svg", "image/png": "png", "image/jpeg": "jpeg", "application/pdf": "pdf",
     "text/latex": "latex", "application/json": "json", "application/javascript": "javascript",
+    DATA_MIME: "data", CHART_MIME: "chart",
 }
 
 
 class Result(BaseModel):
     """One display item of a cell (``display(...)``, a figure, or the last expression's
     value when ``is_main_result``), one attribute per format as in E2B. Binary formats
-    (``png``, ``jpeg``, ``pdf``) are base64 text; ``json`` is the decoded value."""
+    (``png``, ``jpeg``, ``pdf``) are base64 text; ``json`` is the decoded value; ``data``
+    is a pandas DataFrame's columns (each a list); ``chart`` is what E2B's chart extraction
+    (the ``e2b_charts`` package) finds in a matplotlib figure: ``type`` (``line``,
+    ``scatter``, ``bar``, ``pie``, ``box_and_whisker``, ``superchart``, ``unknown``),
+    ``title``, ``elements`` and, for the planar ones, labels, units, scales and ticks. Both
+    are JSON the sandbox made: bounded as all its output, checked to be objects, never
+    interpreted here."""
 
     text: str | None = None
     html: str | None = None
@@ -240,6 +252,8 @@ class Result(BaseModel):
     latex: str | None = None
     json_data: Any = Field(default=None, alias="json")
     javascript: str | None = None
+    data: dict[str, Any] | None = None
+    chart: dict[str, Any] | None = None
     # Formats with no attribute of their own, by MIME type.
     extra: dict[str, Any] = {}
     is_main_result: bool = False

@@ -62,12 +62,17 @@ class _Lines:
                 self.overlong += 1
 
 
+def _no_constant(_name: str) -> None:
+    return None
+
+
 def parse_event(line: bytes) -> dict[str, Any] | None:
     """A bridge line as an event (a dict with a string ``t``), or None if it is not one."""
     if line.count(b"[") + line.count(b"{") > MAX_CONTAINERS:
         return None  # refused before json.loads could spend seconds building it
     try:
-        event = json.loads(line)
+        # NaN and Infinity are no JSON: null, so that every surface passes on valid JSON.
+        event = json.loads(line, parse_constant=_no_constant)
     except (ValueError, RecursionError):  # bad UTF-8, bad JSON, 5000 digits, [[[[...
         return None
     if not isinstance(event, dict) or not isinstance(event.get("t"), str):

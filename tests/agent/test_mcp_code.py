@@ -44,6 +44,11 @@ def test_run_code_text_state_errors_and_png_image() -> None:
             data = r.structured_content or {}
             assert data["results"][0]["png"] == "(attached as image #1)"
             assert "image #1 attached" in r.content[0].text  # type: ignore[union-attr]
+            # The figure's chart data (E2B's result.chart), named in the text too.
+            chart = data["results"][0]["chart"]
+            assert data["results"][0]["formats"] == ["text", "png", "chart"]
+            assert chart["type"] == "line" and len(chart["elements"][0]["points"]) == 3
+            assert "chart: line, 1 element" in r.content[0].text  # type: ignore[union-attr]
 
             r = await c.call_tool("run_code", {"code": "import time; time.sleep(30)",
                                                "timeout": 1})

@@ -157,9 +157,13 @@ def test_run_code_error(interpreter: Steps) -> None:
     assert seen["name"] == "ZeroDivisionError" and seen["hasTraceback"], seen
 
 
-def test_run_code_matplotlib_png(interpreter: Steps) -> None:
+def test_run_code_matplotlib_png_chart_and_data(interpreter: Steps) -> None:
     seen = ok(interpreter, "png")
     assert seen["error"] is None and seen["pngMagic"] == "PNG", seen
+    # The figure's chart and a DataFrame's data, as the JS SDK reads them (its formats()
+    # names neither text nor chart: nothing is left in extra).
+    assert seen["chartType"] == "line" and seen["formats"] == ["png"], seen
+    assert [y for _, y in seen["chartPoints"]] == [1, 3, 2] and seen["data"] == {"a": [1, 2]}
 
 
 def test_code_contexts(interpreter: Steps) -> None:

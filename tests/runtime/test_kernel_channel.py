@@ -28,6 +28,9 @@ def test_parse_event_refuses_what_is_not_an_event() -> None:
         assert parse_event(line) is None, line[:20]
     event = parse_event(b'{"t": "idle", "id": 1}')
     assert event is not None and (event["t"], event["id"]) == ("idle", 1)
+    # NaN and Infinity, which Python's json reads but JSON has not: null.
+    event = parse_event(b'{"t": "result", "data": {"e2b/chart": {"v": [NaN, -Infinity, 1]}}}')
+    assert event is not None and event["data"]["e2b/chart"] == {"v": [None, None, 1]}
     # Parsed cost is charged: 50k empty lists cost far more than their 150 kB of text.
     many = b'{"t": "x", "a": [' + b"[]," * 50000 + b"[]]}"
     assert parse_event(many)["_bytes"] >= 50000 * CONTAINER_COST  # type: ignore[index]
@@ -74,3 +77,24 @@ def test_cell_output_is_always_serializable() -> None:
     assert ex.results[0].text == "x\ufffd" and ex.results[0].extra == {"x/y\ufffd": ["\ufffd"]}
     assert ex.error is not None and ex.error.name == "E\ufffd"
     ex.model_dump_json().encode()  # would raise on a lone surrogate or a 255-deep value
+
+
+def test_data_and_chart_are_json_objects_or_their_result_is_dropped() -> None:
+    """``e2b/data`` and ``e2b/chart`` are the sandbox's JSON, kept as they came (never
+    read), but only as objects: a bundle with either as anything else is dropped."""
+    cell = CellOutput(None, None, None)
+    chart = {"type": "bar", "elements": [{"label": "a\ud800", "value": 1}], "x": None}
+    cell.apply({"t": "result", "data": {"text/plain": "fig", "e2b/chart": chart,
+                                        "image/png": "iVBO"}})
+    cell.apply({"t": "result", "data": {"text/plain": "df", "e2b/data": {"a": [1, None]}}})
+    for bad in ("a string", [1], 5, None, True):
+        cell.apply({"t": "result", "data": {"text/plain": "bad", "e2b/chart": bad}})
+        cell.apply({"t": "result", "data": {"text/plain": "bad", "e2b/data": bad}})
+    ex = cell.finish(dropped=False)
+    figure, frame, *rest = ex.results
+    assert figure.chart == {"type": "bar", "elements": [{"label": "a\ufffd", "value": 1}],
+                            "x": None}
+    assert figure.formats() == ["text", "png", "chart"] and figure.extra == {}
+    assert frame.data == {"a": [1, None]} and frame.formats() == ["text", "data"]
+    # null is no format at all (as a missing one); every other wrong type is dropped.
+    assert [r.formats() for r in rest] == [["text"], ["text"]] and ex.truncated

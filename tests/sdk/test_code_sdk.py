@@ -53,6 +53,13 @@ def test_results_output_errors_and_png(sb: Sandbox) -> None:
     assert png.startswith(PNG_SIGNATURE) and len(png) > 1000
     assert r.results[-1].is_main_result and r.results[-1].text == "{'k': [1, 2]}"
     assert seen == r.results  # the callback saw each result, in order, as it came
+    # The figure's chart (E2B's result.chart) and a DataFrame's columns, each a format.
+    chart = figures[0].chart or {}
+    assert figures[0].formats() == ["text", "png", "chart"] and not figures[0].extra
+    assert chart["type"] == "line" and [p[1] for p in chart["elements"][0]["points"]] == [1, 3, 2]
+    r = sb.run_code("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', None]})")
+    assert r.results[0].data == {"a": [1, 2], "b": ["x", None]}
+    assert r.results[0].formats() == ["text", "html", "data"]
 
 
 def test_timeout_interrupts_and_keeps_state(sb: Sandbox) -> None:

@@ -208,14 +208,11 @@ def _unquoted(text: str | None) -> str | None:
 
 
 def result(res: Result) -> dict[str, Any]:
-    extra = dict(res.extra)
     event = {"type": "result", "text": _unquoted(res.text), "html": res.html,
              "markdown": res.markdown, "svg": res.svg, "png": res.png, "jpeg": res.jpeg,
              "pdf": res.pdf, "latex": res.latex, "json": res.json_data,
-             "javascript": res.javascript,
-             # What E2B's own formatters add (DataFrames, charts), if a kernel sends them.
-             "data": extra.pop("e2b/data", None), "chart": extra.pop("e2b/chart", None),
-             "extra": extra, "is_main_result": res.is_main_result}
+             "javascript": res.javascript, "data": res.data, "chart": res.chart,
+             "extra": res.extra, "is_main_result": res.is_main_result}
     return {k: v for k, v in event.items() if v is not None}
 
 

@@ -87,7 +87,10 @@ STREAMS = {"stdout": STR, "stderr": STR,
                            "output saved in the sandbox, for cut streams"}}
 ONE_SANDBOX = result({"sandbox": SANDBOX})
 RESULT = obj({"is_main_result": BOOL, "formats": {"type": "array", "items": STR}},
-             {f: STR for f in ("text", "html", "markdown", "svg", "latex", "png", "jpeg")})
+             {**{f: STR for f in ("text", "html", "markdown", "svg", "latex", "png", "jpeg")},
+              "data": _t("object", "a pandas DataFrame's columns, each a list"),
+              "chart": _t("object", "a matplotlib figure's chart (E2B's result.chart): "
+                                    "type, title, elements, labels, scales, ticks")})
 ENTRY = obj({"path": STR, "name": STR, "type": _t("string", "file, dir, symlink or other"),
              "size": INT, "mode": INT, "mtime": NUM},
             {"symlink_target": _t("string", "where a link points (links only)"),

@@ -10,10 +10,12 @@ pieces in ``toolkit``.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 from agent_sandbox.core.errors import InvalidArgumentError, WrongStateError
+from agent_sandbox.core.models import Result
 from agent_sandbox.core.network import compact
 from agent_sandbox.sdk import AsyncSandbox
 from agent_sandbox.sdk.async_sandbox import AsyncCommandHandle
@@ -207,8 +209,7 @@ async def run_code(ctx: CallContext, a: RunCodeArgs) -> ToolOutput:
             value = getattr(res, fmt)
             if value is not None:
                 item[fmt] = cut(value, budget // 4, None)
-        if res.json is not None:
-            item["json"] = res.json
+        left_out = json_formats(res, budget // 4, item)
         attached = []
         for fmt, mime in _IMAGE_FORMATS:
             value = getattr(res, fmt)
@@ -220,7 +221,8 @@ async def run_code(ctx: CallContext, a: RunCodeArgs) -> ToolOutput:
         label = "result" if res.is_main_result else "display"
         shown = item.get("text") or ", ".join(res.formats())
         parts.append(f"--- {label} ---\n{shown}" + (f" [{', '.join(attached)} attached]"
-                                                     if attached else ""))
+                                                     if attached else "")
+                     + _chart_line(res.chart) + "".join(f"\n({note})" for note in left_out))
     if ex.error:
         trace = ex.error.traceback
         trace = cut(trace, budget // 4, None)
@@ -234,6 +236,36 @@ async def run_code(ctx: CallContext, a: RunCodeArgs) -> ToolOutput:
             "kernel_restarted": ex.kernel_restarted, "truncated": bool(saved) or ex.truncated,
             "full_output": saved, "duration_ms": took}
     return ToolOutput("\n".join(parts), data, images)
+
+
+def json_formats(res: Result, keep: int, item: dict[str, Any]) -> list[str]:
+    """The JSON formats the sandbox made (a display's ``json``, a DataFrame's ``data``, a
+    figure's ``chart``) into ``item`` as they are, each if its JSON is at most ``keep``
+    characters; a note for each left out."""
+    notes = []
+    for fmt, value in (("json", res.json), ("data", res.data), ("chart", res.chart)):
+        if value is None:
+            continue
+        size = len(json.dumps(value))
+        if size <= keep:
+            item[fmt] = value
+        else:
+            notes.append(f"{fmt}: {size} bytes of JSON, over the output budget, left out")
+    return notes
+
+
+def _chart_line(chart: dict[str, Any] | None) -> str:
+    """A chart's kind, title and element count, for the model to read (the sandbox's
+    JSON: only strings and a list's length are taken from it, cut short)."""
+    if not chart:
+        return ""
+    kind, title, elements = chart.get("type"), chart.get("title"), chart.get("elements")
+    line = f"\nchart: {kind[:40] if isinstance(kind, str) else 'unknown'}"
+    if isinstance(title, str) and title:
+        line += f" {title[:200]!r}"
+    if isinstance(elements, list):
+        line += f", {len(elements)} element{'s' if len(elements) != 1 else ''}"
+    return line
 
 
 def _command_text(exit_code: int | None, streams: dict[str, str], extra: str = "") -> str:
@@ -342,7 +374,9 @@ RUN_CODE = ToolSpec(
     "kernel. Variables, "
     "imports and functions persist between calls. Returns stdout/stderr, the value of the last "
     "expression, rich displays, and an error with its traceback if the code raised. "
-    "matplotlib figures come back as PNG images. numpy, pandas and matplotlib are installed; "
+    "matplotlib figures come back as PNG images, with their data as a chart (type, title, "
+    "labels, points, bars...); a pandas DataFrame also as data (its columns). numpy, pandas "
+    "and matplotlib are installed; "
     "pip install more with run_command (they vanish on reset_rootfs). A cell running past "
     "timeout is interrupted, keeping the variables. Needs a sandbox whose template has a "
     "kernel (code-interpreter-v1).",

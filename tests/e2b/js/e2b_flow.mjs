@@ -223,9 +223,14 @@ async function interpreter() {
     await step('png', async () => {
       const r = await sbx.runCode(
         'import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()')
-      const png = r.results.find((x) => x.png)?.png
+      const figure = r.results.find((x) => x.png)
+      const png = figure?.png
+      const frame = await sbx.runCode('import pandas as pd\npd.DataFrame({"a": [1, 2]})')
       return { results: r.results.length, error: r.error ?? null,
-               pngMagic: png ? Buffer.from(png, 'base64').subarray(1, 4).toString() : null }
+               pngMagic: png ? Buffer.from(png, 'base64').subarray(1, 4).toString() : null,
+               chartType: figure?.chart?.type ?? null,
+               chartPoints: figure?.chart?.elements?.[0]?.points ?? null,
+               formats: figure?.formats() ?? null, data: frame.results[0]?.data ?? null }
     }, 120_000)
     await step('contexts', async () => {
       const ctx = await sbx.createCodeContext({ cwd: '/tmp' })

@@ -44,7 +44,11 @@ from agent_sandbox.core.templates import BASE, CODE_INTERPRETER, Layer, Template
 
 NAME = CODE_INTERPRETER
 ENV_TARGET = "/opt/abx-python"
-PACKAGES = ("ipykernel", "numpy", "pandas", "matplotlib", "bash_kernel")
+# e2b_charts: E2B's own chart extraction (``result.chart``, service/code/formatters.py).
+# matplotlib 3.10, as E2B's template pins it: code written for E2B's sandboxes passes
+# arguments 3.11 removed (``boxplot(labels=...)`` in E2B's own chart tests).
+PACKAGES = ("ipykernel", "numpy", "pandas", "matplotlib>=3.10,<3.11", "bash_kernel",
+            "e2b_charts")
 HOST_PYTHON = "/usr/bin/python3"
 # JavaScript and TypeScript: Deno's own Jupyter kernel, its binary from the npm registry's
 # ``deno`` package (an optional dependency per platform), where the host has npm.
@@ -53,9 +57,9 @@ DENO_TARGET = "/opt/abx-deno/bin/deno"
 # R: Debian's R and IRkernel, the packages this host lacks of them unpacked into the
 # template's layer (no maintainer scripts run), where the host has apt.
 R_PACKAGES = ("r-base-core", "r-cran-irkernel")
-_RECIPE = 5  # bump when the build steps change: a different recipe is a different template
-_CHECK = ("import ipykernel, matplotlib_inline, numpy, pandas, matplotlib, bash_kernel; "
-          "print('ok')")
+_RECIPE = 6  # bump when the build steps change: a different recipe is a different template
+_CHECK = ("import ipykernel, matplotlib_inline, numpy, pandas, matplotlib, bash_kernel, "
+          "e2b_charts; print('ok')")
 _PIP_TIMEOUT = 1800
 LineFn = Callable[[str], None]
 # R's Debian packages go to /usr and /etc, which base mounts apart: each a tree of its own
@@ -309,7 +313,8 @@ def _build(store: TemplateStore, root: Path, inputs: dict[str, object], index_ur
                  "VIRTUAL_ENV": ENV_TARGET},
             kernel=kernel(inputs, with_r), build_inputs=inputs,
             description=f"{BASE} plus Python {inputs['python']} in {ENV_TARGET} with "
-                        f"{', '.join(packages)}; a Jupyter kernel for run_code",
+                        f"{', '.join(re.split('[<>=!~]', p)[0] for p in packages)}; "
+                        "a Jupyter kernel for run_code",
         )
         (staging / "template.json").write_text(json.dumps(tmpl.to_json(), indent=2))
         if shared:
