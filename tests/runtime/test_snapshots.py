@@ -6,11 +6,16 @@ its own checkpoint hurts nobody else. Skipped, with the reason, without a workin
 from __future__ import annotations
 
 import concurrent.futures
+import json
+import os
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from snapshotting import memory_snapshots_missing
 
+from agent_sandbox.config.engine import HOST_ID_BASE
 from agent_sandbox.core.errors import NotFoundError, RuntimeUnavailableError, SandboxError
 from agent_sandbox.providers.local import local_provider
 from agent_sandbox.service.service import SandboxService
@@ -72,12 +77,59 @@ def test_pause_checkpoints_to_disk_and_resume_carries_on(engine: SandboxService,
         # No container holds its memory: it is an image on disk, host-only.
         assert runc.state(sandbox_id) is None
         image = engine.backend.parts.image_dir(sandbox_id)
-        assert (image.stat().st_mode & 0o777) == 0o711 and image.stat().st_uid == 0
+        assert image.is_dir()
         assert engine.resume(sandbox_id).state == "running"
         assert _alive(engine, sandbox_id, pid), "the counter's process was not restored"
         assert _count(engine, sandbox_id) >= before, "the counter started over"
         assert engine.run(sandbox_id, GET).stdout == "200\n", "the server does not answer"
         assert not image.exists(), "a restored image was kept"
+
+
+# Tries to open (or list) every path as one host user, no other groups; prints those it could.
+_READS = ("import json,os,sys\nout=[]\nfor p in json.load(sys.stdin):\n try:\n"
+          "  os.listdir(p) if os.path.isdir(p) else os.close(os.open(p,os.O_RDONLY))\n"
+          "  out.append(p)\n except OSError: pass\nprint(json.dumps(out))")
+
+
+def _readable_as(uid: int, paths: list[str]) -> list[str]:
+    done = subprocess.run(["/usr/bin/python3", "-I", "-c", _READS], input=json.dumps(paths),
+                          capture_output=True, text=True, user=uid, group=uid,
+                          extra_groups=[], timeout=30, check=True)
+    return json.loads(done.stdout)
+
+
+def test_images_and_snapshots_are_host_only(engine: SandboxService,
+                                            busy: tuple[str, int]) -> None:
+    """Nothing of a snapshot or a paused sandbox's image is readable by another host
+    user; the sandboxes' root (CRIU restores as it, in the sandbox's user namespace)
+    reads the memory images alone: not the host's records, not the copied files."""
+    snap = engine.snapshot(busy[0], "private").snapshot_id
+    paused = engine.create().sandbox_id
+    try:
+        engine.pause(paused)
+        trees = [engine.backend.parts.layout.config.data_dir / "snapshots" / snap,
+                 engine.backend.parts.image_dir(paused)]
+        paths = [str(t) for t in trees]
+        for tree in trees:
+            for folder, dirs, files in os.walk(tree):
+                paths += [os.path.join(folder, n) for n in dirs + files]
+        assert len(paths) > 40
+        for stranger in (65534, 1000):
+            assert _readable_as(stranger, paths) == []
+        copies = str(trees[0] / "files")  # the sandbox's files, modes as it made them
+        assert os.stat(copies).st_mode & 0o777 == 0o700
+        for path in paths:  # each of the host's own, whatever its parents allow
+            if path.startswith(copies + "/"):
+                continue
+            st = os.lstat(path)
+            assert st.st_mode & 0o007 == 0, f"{path} is {oct(st.st_mode)}"
+            assert st.st_mode & 0o070 == 0 or st.st_gid == HOST_ID_BASE, path
+        images = {str(t / "image") for t in trees[:1]} | {str(trees[1])}
+        for path in _readable_as(HOST_ID_BASE, paths):
+            assert path.endswith(".img") and str(Path(path).parent) in images, path
+    finally:
+        engine.kill(paused, delete_volume=True)
+        engine.delete_snapshot(snap)
 
 
 def test_a_resumed_notebook_keeps_its_variables(engine: SandboxService) -> None:
