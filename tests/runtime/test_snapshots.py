@@ -179,6 +179,65 @@ def test_snapshot_forks_and_their_independence(engine: SandboxService,
         engine.create(snapshot=snap.snapshot_id)
 
 
+def _disk_used(engine: SandboxService, sandbox_id: str) -> int:
+    parts = engine.backend.parts
+    st = os.statvfs(parts.mode.disk_root(parts.row(sandbox_id)))
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def test_forks_share_the_snapshots_files_until_the_last_is_gone(
+        engine: SandboxService, busy: tuple[str, int]) -> None:
+    """A fork's disk holds only its changes: the snapshot's system layer and /workspace
+    are read where the snapshot keeps them, through a snapshot of the fork and a fork of
+    that, a reset, a kept volume attached again; a deleted snapshot's files stay until
+    nothing reads them."""
+    sandbox_id, _ = busy
+    engine.run(sandbox_id, "head -c 8000000 /dev/urandom > /workspace/big && "
+               "echo parent > /etc/marker")
+    digest = engine.run(sandbox_id, "sha256sum < /workspace/big").stdout
+    snaps = engine.backend.parts.layout.config.data_dir / "snapshots"
+    snap = engine.snapshot(sandbox_id).snapshot_id
+    live: list[str] = []
+    try:
+        fork = engine.create(snapshot=snap).sandbox_id
+        live.append(fork)
+        assert _disk_used(engine, fork) < 4_000_000, "the snapshot's files were copied"
+        assert engine.run(fork, "sha256sum < /workspace/big").stdout == digest
+        engine.run(fork, "echo fork > /etc/marker2 && echo fork > /workspace/note2")
+        snap2 = engine.snapshot(fork).snapshot_id
+        engine.delete_snapshot(snap)  # read by the fork and by snap2: hidden, kept
+        assert snap not in {s.snapshot_id for s in engine.list_snapshots()}
+        with pytest.raises(NotFoundError):
+            engine.create(snapshot=snap)
+        fork2 = engine.create(snapshot=snap2).sandbox_id
+        live.append(fork2)
+        assert engine.run(fork2, "cat /etc/marker /etc/marker2 /workspace/note2").stdout \
+            == "parent\nfork\nfork\n"
+        assert engine.run(fork2, "sha256sum < /workspace/big").stdout == digest
+        engine.kill(fork, delete_volume=True)
+        live.remove(fork)
+        assert (snaps / snap).is_dir(), "snap2's system layer is over snap's"
+        engine.reset_rootfs(fork2)  # its template's system layer; /workspace kept
+        assert engine.run(fork2, "cat /etc/marker2 /workspace/note2 2>&1").stdout.endswith(
+            "No such file or directory\nfork\n")
+        volume = engine.info(fork2).volume_id
+        engine.kill(fork2, delete_volume=False)
+        live.remove(fork2)
+        engine.delete_snapshot(snap2)
+        again = engine.create(volume=volume).sandbox_id  # a kept volume of a fork
+        live.append(again)
+        assert engine.run(again, "cat /workspace/note2; sha256sum < /workspace/big").stdout \
+            == "fork\n" + digest
+        assert (snaps / snap2).is_dir() and (snaps / snap).is_dir()
+        engine.kill(again, delete_volume=True)
+        live.remove(again)
+        assert not (snaps / snap2).exists() and not (snaps / snap).exists()
+    finally:
+        for left in live:
+            engine.kill(left, delete_volume=True)
+        engine.run(sandbox_id, "rm -f /workspace/big /etc/marker")
+
+
 def test_a_refused_restore_leaves_it_paused_with_its_image(engine: SandboxService) -> None:
     sandbox_id = engine.create().sandbox_id
     try:

@@ -19,6 +19,7 @@ from agent_sandbox.backends.runc.boot import Booter
 from agent_sandbox.backends.runc.checkpoint import CheckpointError
 from agent_sandbox.backends.runc.host.mode import HostMode
 from agent_sandbox.backends.runc.rootfs.disk import check_free, has_room
+from agent_sandbox.backends.runc.rootfs.overlay import SHARED
 from agent_sandbox.backends.runc.runc import Runc
 from agent_sandbox.backends.runc.sandbox_lock import LOCK_FILE, SandboxLock, held_elsewhere
 from agent_sandbox.backends.runc.store import Store, VolumeRow
@@ -286,6 +287,10 @@ class Sandboxes:
             self.mode.unmount_root(row)
             self.mode.sweep_trash(self.mode.attach(row))
             self.mode.wipe_system_layer(self.booter.system_dir(row))
+            # A fork's system layer is its template's again, without its snapshot's.
+            row.layers = [{k: v for k, v in layer.items() if k != SHARED}
+                          for layer in row.layers]
+            self.store.update_sandbox(sandbox_id, layers=row.layers)
             self.booter.boot(row)
             self.store.update_sandbox(sandbox_id, state=SandboxState.RUNNING, last_used=time.time())
 
