@@ -316,6 +316,29 @@ def test_huge_memory_is_checkpointed_within_its_limit(engine: SandboxService) ->
     assert not image.exists()
 
 
+def test_the_setup_builds_kernel_cache_is_a_private_tmpfs(tmp_path: Path) -> None:
+    """CRIU caches the kernel's features only on a tmpfs: the setup's build keeps them in
+    run/ beside its bin/, which the engine mounts as one (root's alone); any other CRIU's
+    folders are left as they are."""
+    from agent_sandbox.backends.runc import criu
+    from agent_sandbox.backends.runc.rootfs.overlay import unmount_rootfs
+
+    if os.geteuid() != 0:
+        pytest.skip("mounts need root")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "run").mkdir(mode=0o700)
+    criu.keep_kernel_cache(str(tmp_path / "bin" / "criu"))
+    try:
+        assert os.path.ismount(tmp_path / "run")
+        assert subprocess.run(["stat", "-f", "-c", "%T", str(tmp_path / "run")],
+                              capture_output=True, text=True).stdout.strip() == "tmpfs"
+        assert (tmp_path / "run").stat().st_mode & 0o777 == 0o700
+    finally:
+        unmount_rootfs(tmp_path / "run")
+    criu.keep_kernel_cache(str(tmp_path / "usr" / "sbin" / "criu"))  # no run/ beside it
+    assert not (tmp_path / "usr").exists()
+
+
 def test_memory_backend_and_bad_ids_refuse_clearly() -> None:
     from agent_sandbox.backends.kubernetes.backend import KubernetesBackend
     from agent_sandbox.backends.memory.backend import MemoryBackend

@@ -52,6 +52,7 @@ def criu_binary() -> str:
     if not found.ok:
         raise RuntimeUnavailableError(f"memory snapshots are not available here: "
                                       f"{criu.problem()}")
+    criu.keep_kernel_cache(found.path)
     return found.path
 
 

@@ -326,7 +326,8 @@ class Sandboxes:
             state = self.runc.state(row.id)
             if state and state["status"] in VISIBLE:
                 return state["status"]
-            self.runc.delete(row.id)
+            if state:  # stopped, or half made: none at all needs no delete (a runc call)
+                self.runc.delete(row.id)
             if (self.image_dir(row.id) / checkpoint.LISTENER).exists():
                 self.restore_paused(row)
             else:
