@@ -57,3 +57,56 @@ def bare_runc_run(runs: int, warmup: int = 3) -> dict[str, Any]:
             if i >= warmup:
                 samples.append(elapsed)
         return summary(samples)
+
+
+_HOLD = ("import time\nx=bytearray({mb}<<20)\nx[::4096]=b'\\1'*len(x[::4096])\n"
+         "print(1,flush=True)\ntime.sleep(1e6)")
+
+
+def bare_criu(criu: str, memory_mb: int, runs: int) -> dict[str, Any]:
+    """The floor pause and resume are compared with: ``criu dump`` and ``criu restore`` of a
+    bare host process holding ``memory_mb`` (no container, no namespaces, no runc), with
+    the same CRIU, in the same bench run. ``{"dump": summary, "restore": summary}``."""
+    dumps: list[float] = []
+    restores: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="abx-floor-criu-", dir="/var/tmp") as tmp:
+        proc = subprocess.Popen(["python3", "-c", _HOLD.format(mb=memory_mb)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        assert proc.stdout is not None
+        proc.stdout.readline()  # its memory is touched
+        proc.stdout.close()
+        pid = proc.pid
+        try:
+            for i in range(runs):
+                images = Path(tmp) / str(i)
+                images.mkdir()
+                start = time.perf_counter()
+                dump = subprocess.run([criu, "dump", "-t", str(pid), "-D", str(images)],
+                                      capture_output=True)
+                dumps.append((time.perf_counter() - start) * 1000)
+                proc.wait()  # dumped, and gone
+                if dump.returncode != 0:
+                    return {"skipped": f"criu dump failed: {dump.stderr.decode()[-300:]}"}
+                start = time.perf_counter()
+                back = subprocess.run([criu, "restore", "-d", "-D", str(images)],
+                                      capture_output=True)
+                restores.append((time.perf_counter() - start) * 1000)
+                if back.returncode != 0:
+                    return {"skipped": f"criu restore failed: {back.stderr.decode()[-300:]}"}
+                proc = _Adopted(pid)
+        finally:
+            subprocess.run(["kill", "-9", str(pid)], capture_output=True)
+    return {"dump": summary(dumps), "restore": summary(restores)}
+
+
+class _Adopted:
+    """A restored process: not our child (criu restore -d detaches it)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def wait(self) -> None:
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{self.pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.002)

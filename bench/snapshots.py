@@ -17,8 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import fmt_ms, median, percentile, progress, table  # noqa: E402
+from _floor import bare_criu  # noqa: E402
 
 from agent_sandbox import Sandbox  # noqa: E402
+from agent_sandbox.backends.runc import criu  # noqa: E402
 
 PAUSE_TARGET_MS = 300.0  # median, 100 MB of process memory
 RESUME_TARGET_MS = 300.0
@@ -80,6 +82,10 @@ def main() -> None:
             Sandbox.delete_snapshot(snap.snapshot_id)
     finally:
         sb.kill()
+    progress(f"floor: bare criu dump / restore of a process holding {args.memory_mb} MB ...")
+    found = criu.find()
+    floor = bare_criu(found.path, args.memory_mb, args.n) if found.ok else \
+        {"skipped": found.problem}
     rows = [
         [f"pause, {args.memory_mb} MB of memory", pauses, PAUSE_TARGET_MS],
         [f"resume, {args.memory_mb} MB of memory", resumes, RESUME_TARGET_MS],
@@ -90,6 +96,11 @@ def main() -> None:
     print(table(["measure", "p50", "p95", "target (p50)"], [
         [name, fmt_ms(median(v)), fmt_ms(percentile(v, 95)), f"<= {target:g} ms"]
         for name, v, target in rows], title=f"memory snapshots (CRIU, n={args.n})"))
+    if "skipped" in floor:
+        print(f"floor: skipped ({floor['skipped']})")
+    else:
+        print(f"floor, same run: bare criu dump {fmt_ms(floor['dump']['p50'])}, restore "
+              f"{fmt_ms(floor['restore']['p50'])} (p50; a host process, no container)")
 
 
 if __name__ == "__main__":

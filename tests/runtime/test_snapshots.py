@@ -6,11 +6,16 @@ its own checkpoint hurts nobody else. Skipped, with the reason, without a workin
 from __future__ import annotations
 
 import concurrent.futures
+import json
+import os
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from snapshotting import memory_snapshots_missing
 
+from agent_sandbox.config.engine import HOST_ID_BASE
 from agent_sandbox.core.errors import NotFoundError, RuntimeUnavailableError, SandboxError
 from agent_sandbox.providers.local import local_provider
 from agent_sandbox.service.service import SandboxService
@@ -72,12 +77,59 @@ def test_pause_checkpoints_to_disk_and_resume_carries_on(engine: SandboxService,
         # No container holds its memory: it is an image on disk, host-only.
         assert runc.state(sandbox_id) is None
         image = engine.backend.parts.image_dir(sandbox_id)
-        assert (image.stat().st_mode & 0o777) == 0o711 and image.stat().st_uid == 0
+        assert image.is_dir()
         assert engine.resume(sandbox_id).state == "running"
         assert _alive(engine, sandbox_id, pid), "the counter's process was not restored"
         assert _count(engine, sandbox_id) >= before, "the counter started over"
         assert engine.run(sandbox_id, GET).stdout == "200\n", "the server does not answer"
         assert not image.exists(), "a restored image was kept"
+
+
+# Tries to open (or list) every path as one host user, no other groups; prints those it could.
+_READS = ("import json,os,sys\nout=[]\nfor p in json.load(sys.stdin):\n try:\n"
+          "  os.listdir(p) if os.path.isdir(p) else os.close(os.open(p,os.O_RDONLY))\n"
+          "  out.append(p)\n except OSError: pass\nprint(json.dumps(out))")
+
+
+def _readable_as(uid: int, paths: list[str]) -> list[str]:
+    done = subprocess.run(["/usr/bin/python3", "-I", "-c", _READS], input=json.dumps(paths),
+                          capture_output=True, text=True, user=uid, group=uid,
+                          extra_groups=[], timeout=30, check=True)
+    return json.loads(done.stdout)
+
+
+def test_images_and_snapshots_are_host_only(engine: SandboxService,
+                                            busy: tuple[str, int]) -> None:
+    """Nothing of a snapshot or a paused sandbox's image is readable by another host
+    user; the sandboxes' root (CRIU restores as it, in the sandbox's user namespace)
+    reads the memory images alone: not the host's records, not the copied files."""
+    snap = engine.snapshot(busy[0], "private").snapshot_id
+    paused = engine.create().sandbox_id
+    try:
+        engine.pause(paused)
+        trees = [engine.backend.parts.layout.config.data_dir / "snapshots" / snap,
+                 engine.backend.parts.image_dir(paused)]
+        paths = [str(t) for t in trees]
+        for tree in trees:
+            for folder, dirs, files in os.walk(tree):
+                paths += [os.path.join(folder, n) for n in dirs + files]
+        assert len(paths) > 40
+        for stranger in (65534, 1000):
+            assert _readable_as(stranger, paths) == []
+        copies = str(trees[0] / "files")  # the sandbox's files, modes as it made them
+        assert os.stat(copies).st_mode & 0o777 == 0o700
+        for path in paths:  # each of the host's own, whatever its parents allow
+            if path.startswith(copies + "/"):
+                continue
+            st = os.lstat(path)
+            assert st.st_mode & 0o007 == 0, f"{path} is {oct(st.st_mode)}"
+            assert st.st_mode & 0o070 == 0 or st.st_gid == HOST_ID_BASE, path
+        images = {str(t / "image") for t in trees[:1]} | {str(trees[1])}
+        for path in _readable_as(HOST_ID_BASE, paths):
+            assert path.endswith(".img") and str(Path(path).parent) in images, path
+    finally:
+        engine.kill(paused, delete_volume=True)
+        engine.delete_snapshot(snap)
 
 
 def test_a_resumed_notebook_keeps_its_variables(engine: SandboxService) -> None:
@@ -125,6 +177,65 @@ def test_snapshot_forks_and_their_independence(engine: SandboxService,
         engine.snapshot_info(snap.snapshot_id)
     with pytest.raises(NotFoundError):
         engine.create(snapshot=snap.snapshot_id)
+
+
+def _disk_used(engine: SandboxService, sandbox_id: str) -> int:
+    parts = engine.backend.parts
+    st = os.statvfs(parts.mode.disk_root(parts.row(sandbox_id)))
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def test_forks_share_the_snapshots_files_until_the_last_is_gone(
+        engine: SandboxService, busy: tuple[str, int]) -> None:
+    """A fork's disk holds only its changes: the snapshot's system layer and /workspace
+    are read where the snapshot keeps them, through a snapshot of the fork and a fork of
+    that, a reset, a kept volume attached again; a deleted snapshot's files stay until
+    nothing reads them."""
+    sandbox_id, _ = busy
+    engine.run(sandbox_id, "head -c 8000000 /dev/urandom > /workspace/big && "
+               "echo parent > /etc/marker")
+    digest = engine.run(sandbox_id, "sha256sum < /workspace/big").stdout
+    snaps = engine.backend.parts.layout.config.data_dir / "snapshots"
+    snap = engine.snapshot(sandbox_id).snapshot_id
+    live: list[str] = []
+    try:
+        fork = engine.create(snapshot=snap).sandbox_id
+        live.append(fork)
+        assert _disk_used(engine, fork) < 4_000_000, "the snapshot's files were copied"
+        assert engine.run(fork, "sha256sum < /workspace/big").stdout == digest
+        engine.run(fork, "echo fork > /etc/marker2 && echo fork > /workspace/note2")
+        snap2 = engine.snapshot(fork).snapshot_id
+        engine.delete_snapshot(snap)  # read by the fork and by snap2: hidden, kept
+        assert snap not in {s.snapshot_id for s in engine.list_snapshots()}
+        with pytest.raises(NotFoundError):
+            engine.create(snapshot=snap)
+        fork2 = engine.create(snapshot=snap2).sandbox_id
+        live.append(fork2)
+        assert engine.run(fork2, "cat /etc/marker /etc/marker2 /workspace/note2").stdout \
+            == "parent\nfork\nfork\n"
+        assert engine.run(fork2, "sha256sum < /workspace/big").stdout == digest
+        engine.kill(fork, delete_volume=True)
+        live.remove(fork)
+        assert (snaps / snap).is_dir(), "snap2's system layer is over snap's"
+        engine.reset_rootfs(fork2)  # its template's system layer; /workspace kept
+        assert engine.run(fork2, "cat /etc/marker2 /workspace/note2 2>&1").stdout.endswith(
+            "No such file or directory\nfork\n")
+        volume = engine.info(fork2).volume_id
+        engine.kill(fork2, delete_volume=False)
+        live.remove(fork2)
+        engine.delete_snapshot(snap2)
+        again = engine.create(volume=volume).sandbox_id  # a kept volume of a fork
+        live.append(again)
+        assert engine.run(again, "cat /workspace/note2; sha256sum < /workspace/big").stdout \
+            == "fork\n" + digest
+        assert (snaps / snap2).is_dir() and (snaps / snap).is_dir()
+        engine.kill(again, delete_volume=True)
+        live.remove(again)
+        assert not (snaps / snap2).exists() and not (snaps / snap).exists()
+    finally:
+        for left in live:
+            engine.kill(left, delete_volume=True)
+        engine.run(sandbox_id, "rm -f /workspace/big /etc/marker")
 
 
 def test_a_refused_restore_leaves_it_paused_with_its_image(engine: SandboxService) -> None:
@@ -203,6 +314,29 @@ def test_huge_memory_is_checkpointed_within_its_limit(engine: SandboxService) ->
     finally:
         engine.kill(sandbox_id, delete_volume=True)
     assert not image.exists()
+
+
+def test_the_setup_builds_kernel_cache_is_a_private_tmpfs(tmp_path: Path) -> None:
+    """CRIU caches the kernel's features only on a tmpfs: the setup's build keeps them in
+    run/ beside its bin/, which the engine mounts as one (root's alone); any other CRIU's
+    folders are left as they are."""
+    from agent_sandbox.backends.runc import criu
+    from agent_sandbox.backends.runc.rootfs.overlay import unmount_rootfs
+
+    if os.geteuid() != 0:
+        pytest.skip("mounts need root")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "run").mkdir(mode=0o700)
+    criu.keep_kernel_cache(str(tmp_path / "bin" / "criu"))
+    try:
+        assert os.path.ismount(tmp_path / "run")
+        assert subprocess.run(["stat", "-f", "-c", "%T", str(tmp_path / "run")],
+                              capture_output=True, text=True).stdout.strip() == "tmpfs"
+        assert (tmp_path / "run").stat().st_mode & 0o777 == 0o700
+    finally:
+        unmount_rootfs(tmp_path / "run")
+    criu.keep_kernel_cache(str(tmp_path / "usr" / "sbin" / "criu"))  # no run/ beside it
+    assert not (tmp_path / "usr").exists()
 
 
 def test_memory_backend_and_bad_ids_refuse_clearly() -> None:

@@ -206,6 +206,7 @@ class RuncBackend:
     def recover(self) -> None:
         """Clean up after crashes: half-made sandboxes, orphan containers, mounts, dirs."""
         recovery.recover(self.parts)
+        self._snapshots.collect()  # deleted snapshots whose last fork a crash ended
 
     # records ------------------------------------------------------------------------------
     def record(self, sandbox_id: str) -> SandboxRecord:
@@ -362,6 +363,7 @@ class RuncBackend:
 
     def kill(self, sandbox_id: str, *, delete_volume: bool) -> None:
         self.parts.kill(sandbox_id, delete_volume)
+        self._snapshots.collect()  # a deleted snapshot it was the last to read
 
     # the guest ----------------------------------------------------------------------------
     def guest(self, sandbox_id: str, record: SandboxRecord | None = None) -> GuestClient:
@@ -432,6 +434,7 @@ class RuncBackend:
 
     def delete_volume(self, volume_id: str) -> None:
         self.parts.delete_volume(volume_id)
+        self._snapshots.collect()
 
 
 def _precompile_guest() -> None:

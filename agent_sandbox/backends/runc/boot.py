@@ -14,7 +14,7 @@ from agent_sandbox.backends.runc.host.guest_python import GuestPython, host_pyth
 from agent_sandbox.backends.runc.host.mode import HostMode
 from agent_sandbox.backends.runc.netproxy import launch as netproc
 from agent_sandbox.backends.runc.oci.bundle import BundleSpec, build_config
-from agent_sandbox.backends.runc.rootfs.disk import SYSTEM, WORKSPACE
+from agent_sandbox.backends.runc.rootfs.disk import SYSTEM
 from agent_sandbox.backends.runc.runc import Runc
 from agent_sandbox.backends.runc.store import Store
 from agent_sandbox.config.engine import Limits
@@ -61,6 +61,7 @@ class Booter:
         sbdir = self.layout.sandbox_dir(row.id)
         disk_root = self.mode.attach(row)
         self.mode.sweep_trash(disk_root)  # a crashed reset's
+        workspace = self.mode.workspace(row)
         run_dir = sbdir / "run"
         run_dir.mkdir(mode=0o700, exist_ok=True)
         # The guest runs on the host's python from a read-only view of the host's /usr,
@@ -75,7 +76,7 @@ class Booter:
                                                               "noexec", "ro"]},)
         spec = BundleSpec(
             sandbox_id=row.id, rootfs=str(sbdir / "rootfs"),
-            workspace=str(disk_root / WORKSPACE), run_dir=str(run_dir),
+            workspace=str(workspace), run_dir=str(run_dir),
             guest_dir=shared.guest_dir, python=guest.argv, limits=Limits(**row.limits),
             extra_mounts=mounts, empty_file=shared.empty_file,
             resolv_file=shared.resolv_file,
@@ -95,7 +96,7 @@ class Booter:
         if fresh_bundle or not (sbdir / "config.json").exists():
             self.write_bundle(row)
         else:
-            self.mode.attach(row)
+            self.mode.workspace(row)  # disk attached, a shared workspace mounted
             self.mode.bundle(row, json.loads((sbdir / "config.json").read_text()))  # mounts
         work = sbdir / "criu"  # this restore's logs: an image may be restored many times
         self.mode.remove_tree(work)

@@ -8,8 +8,9 @@ the host's network namespace, which CRIU cannot dump, so the guest is *parked* f
 listener was. The host names the socket the guest holds in its place to CRIU (``inherit-fd``: runc's
 stdout, a new listener the host bound), so the restored guest finds it at that fd.
 
-An image is host-only state (0700, in the sandbox's host directory or the snapshots
-directory, never in a tree the sandbox can write) and, being written from hostile
+An image is host-only state (root's, read by the sandboxes' root alone for the restore:
+``fresh_image_dir``; in the sandbox's host directory or the snapshots directory, never in
+a tree the sandbox can write) and, being written from hostile
 processes, is given to CRIU only: nothing here parses it, except the files this module
 writes itself (``listener``, ``descriptors.json``).
 """
@@ -26,6 +27,7 @@ from typing import Any
 
 from agent_sandbox.backends.runc import criu
 from agent_sandbox.backends.runc.runc import Runc
+from agent_sandbox.config.engine import HOST_ID_BASE
 from agent_sandbox.core.errors import RuntimeUnavailableError
 from agent_sandbox.guestlink.client import GuestClient, GuestUnavailableError
 
@@ -36,6 +38,7 @@ _QUICK_REFUSAL = 2.0  # seconds: a refusal this quick may be a race, tried again
 _FREEZE_TIMEOUT = 4  # seconds for CRIU to freeze the sandbox's processes
 _SOCKET = re.compile(r"^socket:\[\d+\]$")
 LISTENER = "listener"  # in an image: the guest's placeholder, which the listener replaces
+DESCRIPTORS = "descriptors.json"  # in an image: runc's record of the stdio it restores
 WORK = "work"  # logs of the last dump / restore, beside the image
 
 
@@ -49,18 +52,40 @@ def criu_binary() -> str:
     if not found.ok:
         raise RuntimeUnavailableError(f"memory snapshots are not available here: "
                                       f"{criu.problem()}")
+    criu.keep_kernel_cache(found.path)
     return found.path
 
 
 def fresh_image_dir(path: Path) -> Path:
-    """An empty, host-only image directory (an earlier image there is replaced)."""
+    """An empty, host-only image directory (an earlier image there is replaced).
+
+    A restore reads most images (memory, mappings, namespaces) after entering the
+    sandbox's user namespace, as its root: host id ``HOST_ID_BASE``, which the kernel
+    treats as any other unprivileged user there. So the directory is root's, entered by
+    that group alone (0710, never listed), and ``seal`` leaves the images root's, read by
+    that group alone (0640); setgid, so what CRIU writes takes the group. No other host
+    user reaches an image; the sandboxes' root reaches none of the host's own files in it.
+    """
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(mode=0o700, parents=True)
-    # CRIU opens some images after entering the sandbox's user namespace, as its root
-    # (an unprivileged host id): the directory lets it through, never lists.
-    os.chmod(path, 0o711)
+    os.chown(path, 0, HOST_ID_BASE)
+    os.chmod(path, 0o2710)
     (path / WORK).mkdir(mode=0o700)
     return path
+
+
+_OWN_FILES = (LISTENER, DESCRIPTORS)
+
+
+def seal(image_dir: Path) -> None:
+    """The images CRIU just wrote (0644 by its umask) readable by the sandboxes' root
+    only (0640, the directory's group); the host's own records and logs root's alone."""
+    for entry in os.scandir(image_dir):
+        if entry.is_file(follow_symlinks=False):
+            os.chmod(entry.path, 0o600 if entry.name in _OWN_FILES else 0o640)
+    for entry in os.scandir(image_dir / WORK):
+        if entry.is_file(follow_symlinks=False):
+            os.chmod(entry.path, 0o600)
 
 
 CONFIG = "criu.conf"  # in the sandbox's host directory; the bundle's annotation names it
@@ -106,25 +131,30 @@ def dump(runc: Runc, container_id: str, sandbox_dir: Path, socket_path: str,
         # not CRIU's 10 s.
         f"timeout {_FREEZE_TIMEOUT}",
         *(f"external mnt[{t}]:{_external_key(t)}" for t in layer_targets if t != "/")])
+    # Frozen before CRIU starts: CRIU's own wait for the freezer sleeps 100 ms before it
+    # looks again, runc's returns once the cgroup is frozen. CRIU then dumps it as it
+    # finds it (the image records a frozen cgroup: ``restore`` thaws the copy).
+    runc.pause(container_id)
     for attempt in range(_DUMP_ATTEMPTS):
         started = time.monotonic()
         try:
             runc.checkpoint(container_id, binary, image_dir, image_dir / WORK)
             break
         except RuntimeUnavailableError as exc:
-            # CRIU resumed the processes. A quick refusal may be a race (a child exiting
-            # mid-dump): again, while the guest is still parked; a slow one (processes
-            # that would not freeze) is not tried again.
+            # CRIU left the processes as they were (frozen). A quick refusal may be a
+            # race (a child exiting mid-dump): again, while the guest is still parked; a
+            # slow one (processes that would not freeze) is not tried again.
             alive = runc.state(container_id)
             if attempt + 1 == _DUMP_ATTEMPTS or not alive or \
-                    alive.get("status") != "running" or \
+                    alive.get("status") not in ("running", "paused") or \
                     time.monotonic() - started > _QUICK_REFUSAL:
                 raise CheckpointError(str(exc)) from None
             time.sleep(0.05)
     # What the restore hands over: the placeholder, by its inode (host-written, from
     # /proc, which the sandbox cannot forge); no pipe of the boot's for runc to pass on.
     _write_private(image_dir / LISTENER, placeholder)
-    _write_private(image_dir / "descriptors.json", json.dumps(["/dev/null"] * 3))
+    _write_private(image_dir / DESCRIPTORS, json.dumps(["/dev/null"] * 3))
+    seal(image_dir)
 
 
 def _fd_link(pid: int) -> str:
@@ -168,12 +198,17 @@ def restore(runc: Runc, container_id: str, bundle: Path, image_dir: Path, work: 
           for t in layer_targets if t != "/")])
     with_loopback_hook(bundle / "config.json")
     runc.restore(container_id, binary, bundle, image_dir, work, listener)
+    runc.thaw(container_id)  # an image of a frozen cgroup (``dump``) restores frozen
 
 
 # runc restores the network namespace with `lo` down: loopback servers and the guest's
-# port forwards need it up before the processes run again.
-_LO_UP = ("import json,subprocess,sys; p=json.load(sys.stdin)['pid']; "
-          "subprocess.run(['nsenter','-t',str(p),'-n','ip','link','set','lo','up'],check=True)")
+# port forwards need it up before the processes run again. The hook reads the container's
+# state (runc's JSON, on one line: ids and paths of the host's) for its pid; a shell, not
+# an interpreter, as it runs inside every restore's own time.
+_LO_UP = ('read -r s; p=${s#*\\"pid\\":}; p=${p%%[!0-9]*}; '
+          '[ -n "$p" ] || exit 1; '
+          'exec nsenter -t "$p" -n ip link set lo up')
+_LO_HOOK = "abx-loopback-up"  # the hook's $0: how a bundle's copy of it is recognised
 
 
 def with_loopback_hook(config_path: Path) -> None:
@@ -182,9 +217,8 @@ def with_loopback_hook(config_path: Path) -> None:
     config: dict[str, Any] = json.loads(config_path.read_text())
     annotate(config, config_path.parent)
     hooks = config.setdefault("hooks", {}).setdefault("createRuntime", [])
-    if not any(h.get("args", [])[-1:] == [_LO_UP] for h in hooks):
-        python = shutil.which("python3", path="/usr/bin:/bin") or "/usr/bin/python3"
-        hooks.append({"path": python, "args": ["python3", "-I", "-c", _LO_UP],
+    if not any(h.get("args", [])[:1] == [_LO_HOOK] for h in hooks):
+        hooks.append({"path": "/bin/sh", "args": [_LO_HOOK, "-c", _LO_UP],
                       "env": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin"], "timeout": 10})
     tmp = config_path.with_name(f".{config_path.name}.{os.getpid()}")
     tmp.write_text(json.dumps(config))

@@ -11,8 +11,11 @@ from __future__ import annotations
 import functools
 import os
 import re
+import stat
 import subprocess
 from dataclasses import dataclass
+
+from agent_sandbox.backends.runc.host import syscalls
 
 CACHE_BINARY = "/var/cache/abx-criu/bin/criu"
 CANDIDATES = (CACHE_BINARY, "/usr/local/sbin/criu", "/usr/sbin/criu")
@@ -81,6 +84,30 @@ def find() -> Criu:
         return Criu(path, version, _check(path))
     where = "; ".join(tried) or f"no CRIU at {named or ', '.join(CANDIDATES)}"
     return Criu("", "", f"{where}")
+
+
+RUN_DIR = "run"  # beside the setup's build's bin/ (scripts/criu_build.sh): its kernel cache
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
+
+
+@functools.lru_cache(maxsize=4)
+def keep_kernel_cache(binary: str) -> None:
+    """CRIU learns the kernel's features at every start (~50 ms of each dump and restore)
+    unless it may cache them, which it does only on a tmpfs (gone with the kernel). The
+    setup's build keeps its cache in ``run/`` beside its ``bin/``: mounted here as a small
+    tmpfs, root's alone, once per boot. Any other CRIU (a distro's: /run) is left as is."""
+    run = os.path.join(os.path.dirname(os.path.dirname(binary)), RUN_DIR)
+    try:
+        st = os.lstat(run)
+    except OSError:
+        return
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or os.path.ismount(run):
+        return
+    try:
+        syscalls.mount("tmpfs", run, "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
+                       "size=1m,nr_inodes=64,mode=0700")
+    except OSError:
+        pass  # no cache: every run of CRIU learns the kernel again, nothing else changes
 
 
 def problem() -> str:

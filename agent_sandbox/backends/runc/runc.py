@@ -113,6 +113,10 @@ class Runc:
     def resume(self, container_id: str) -> None:
         self._run("resume", container_id)
 
+    def thaw(self, container_id: str) -> None:
+        """Resume it if it is frozen; one that runs already is left as it is."""
+        self._run("resume", container_id, check=False)
+
     def delete(self, container_id: str) -> None:
         """Kill and remove, whatever state it is in; absent is fine.
 

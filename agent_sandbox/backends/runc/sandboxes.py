@@ -19,6 +19,7 @@ from agent_sandbox.backends.runc.boot import Booter
 from agent_sandbox.backends.runc.checkpoint import CheckpointError
 from agent_sandbox.backends.runc.host.mode import HostMode
 from agent_sandbox.backends.runc.rootfs.disk import check_free, has_room
+from agent_sandbox.backends.runc.rootfs.overlay import SHARED
 from agent_sandbox.backends.runc.runc import Runc
 from agent_sandbox.backends.runc.sandbox_lock import LOCK_FILE, SandboxLock, held_elsewhere
 from agent_sandbox.backends.runc.store import Store, VolumeRow
@@ -40,6 +41,7 @@ NEW_PREFIX = ".new-"  # a sandbox dir being made, before its create lock is held
 IMAGE = "checkpoint"  # a paused sandbox's memory checkpoint, in its host directory
 SNAPSHOTS = "snapshots"  # the data dir's folder of snapshots (backends/runc/snapshots.py)
 CREATE_LOCK = "create.lock"  # held by the process making the sandbox, for the whole create
+_DONE = ".done-"  # a restored image being removed: checkpoint.done-<random>
 DUMPING = "dumping"  # beside it while a checkpoint's outcome is not on disk yet
 
 
@@ -201,6 +203,8 @@ class Sandboxes:
     def checkpoint_paused(self, row: SandboxRecord) -> None:
         """Checkpoint the (paused-on-record) sandbox to disk and stop its container. A
         refused checkpoint restarts it instead (its guest parked: unreachable), running."""
+        for done in self.sandbox_dir(row.id).glob(f"{IMAGE}{_DONE}*"):
+            self.mode.remove_tree(done)
         new = checkpoint.fresh_image_dir(self.sandbox_dir(row.id) / f"{IMAGE}.new")
         self.dump(row, new, "paused keeping its memory")
         self.mode.remove_tree(self.image_dir(row.id))
@@ -255,7 +259,12 @@ class Sandboxes:
                 f"sandbox {row.id} could not be resumed from its memory checkpoint "
                 f"({exc}); it stays paused with its checkpoint kept (kill it, or "
                 "reset_rootfs to start it afresh without its processes)") from None
-        self.mode.remove_tree(image)
+        # Dropped off the resume's path (a 100 MB image takes ~15 ms to delete): out of
+        # the way at once; one a crash leaves is removed by the next pause, or the kill.
+        done = image.with_name(f"{IMAGE}{_DONE}{os.urandom(4).hex()}")
+        os.rename(image, done)
+        threading.Thread(target=self.mode.remove_tree, args=(done,),
+                         name=f"drop-{row.id}").start()
 
     def set_network(self, sandbox_id: str, policy: NetworkPolicy) -> None:
         """Store the policy and, if the container runs (or is frozen), apply it now;
@@ -286,6 +295,10 @@ class Sandboxes:
             self.mode.unmount_root(row)
             self.mode.sweep_trash(self.mode.attach(row))
             self.mode.wipe_system_layer(self.booter.system_dir(row))
+            # A fork's system layer is its template's again, without its snapshot's.
+            row.layers = [{k: v for k, v in layer.items() if k != SHARED}
+                          for layer in row.layers]
+            self.store.update_sandbox(sandbox_id, layers=row.layers)
             self.booter.boot(row)
             self.store.update_sandbox(sandbox_id, state=SandboxState.RUNNING, last_used=time.time())
 
@@ -321,7 +334,8 @@ class Sandboxes:
             state = self.runc.state(row.id)
             if state and state["status"] in VISIBLE:
                 return state["status"]
-            self.runc.delete(row.id)
+            if state:  # stopped, or half made: none at all needs no delete (a runc call)
+                self.runc.delete(row.id)
             if (self.image_dir(row.id) / checkpoint.LISTENER).exists():
                 self.restore_paused(row)
             else:

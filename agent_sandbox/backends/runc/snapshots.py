@@ -10,21 +10,30 @@ like the sandboxes' directories; nothing in it is visible to any sandbox):
 
 It is made under ``.new-<id>-<pid>`` and renamed into place when whole, so a crash leaves
 either a whole snapshot or a temporary directory that ``recovery`` removes. A fork
-is a create whose container starts by a restore of the image over a copy of the files.
+is a create whose container starts by a restore of the image; its files are not copied:
+the snapshot's system layer is a read-only lower of each of its overlays (``SHARED``), and
+its /workspace an overlay over the snapshot's copy, whose changes are on the fork's disk
+(``share_workspace``). A deleted snapshot disappears at once (its meta.json becomes
+deleted.json, its image goes); its files stay while a sandbox, a kept volume or another
+snapshot still reads them, and ``collect`` removes them after.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from agent_sandbox.backends.runc import checkpoint
 from agent_sandbox.backends.runc.rootfs.disk import SYSTEM, WORKSPACE, check_free
+from agent_sandbox.backends.runc.rootfs.overlay import SHARED
 from agent_sandbox.backends.runc.sandboxes import NEW_PREFIX, SNAPSHOTS, Sandboxes
 from agent_sandbox.core import validate
 from agent_sandbox.core.errors import NotFoundError, RuntimeUnavailableError
@@ -34,6 +43,8 @@ from agent_sandbox.core.states import SandboxState
 from agent_sandbox.service.record import SandboxRecord
 
 META = "meta.json"
+DELETED = "deleted.json"  # a deleted snapshot's meta.json, while its files are in use
+LOCK = ".lock"  # in the snapshots' folder: forks starting (shared) and deletes (exclusive)
 IMAGE = "image"
 FILES = "files"
 _COPY_TIMEOUT = 600.0
@@ -109,14 +120,17 @@ class RuncSnapshots:
             parts.store.update_sandbox(row.id, state=SandboxState.RUNNING)
 
     def _copy_files(self, row: SandboxRecord, into: Path) -> None:
+        """Its own system layer (a fork's lowers stay its snapshot's: in the record) and
+        all of /workspace (a fork's: with its snapshot's, as the sandbox sees it)."""
         disk_root = self.parts.mode.attach(row)  # mounted still, or again after a reboot
+        workspace = self.parts.mode.workspace(row)
         # As much as its disk holds, never out of the host's reserve.
         used = os.statvfs(disk_root)
         check_free(into.parent, self.parts.layout.config.host_reserve_mb,
                    (used.f_blocks - used.f_bfree) * used.f_frsize >> 20, "a snapshot's files")
         into.mkdir(mode=0o700)
-        for part in (SYSTEM, WORKSPACE):
-            _copy_tree(disk_root / part, into / part)
+        _copy_tree(disk_root / SYSTEM, into / SYSTEM)
+        _copy_tree(workspace, into / WORKSPACE)
 
     # listing ------------------------------------------------------------------------------
     def list(self) -> list[SnapshotInfo]:
@@ -142,27 +156,92 @@ class RuncSnapshots:
 
     def delete(self, snapshot_id: str) -> None:
         self.source(snapshot_id)
-        gone = self._dir() / f"{NEW_PREFIX}{snapshot_id}-gone-{os.getpid()}"
-        try:
-            os.rename(self.root / snapshot_id, gone)  # at once invisible, then removed
-        except FileNotFoundError:
-            raise NotFoundError(f"snapshot {snapshot_id} not found") from None
-        self.parts.mode.remove_tree(gone)
+        snap = self.root / snapshot_id
+        with _locked(self._dir() / LOCK, fcntl.LOCK_EX):  # no fork starting from it
+            try:
+                os.rename(snap / META, snap / DELETED)  # at once invisible
+            except FileNotFoundError:
+                raise NotFoundError(f"snapshot {snapshot_id} not found") from None
+            self.parts.mode.remove_tree(snap / IMAGE)  # forks read it only as they start
+        self.collect()
+
+    def collect(self) -> None:
+        """Remove the files of deleted snapshots that nothing reads any more: no sandbox's
+        layers, no volume's workspace, no other snapshot's record names them. Skipped
+        while a fork is starting (the next call does it)."""
+        if not self.root.is_dir():
+            return
+        with _locked(self.root / LOCK, fcntl.LOCK_EX | fcntl.LOCK_NB) as held:
+            while held:
+                used = self._in_use()
+                unused = [p for p in self.root.iterdir()
+                          if (p / DELETED).exists() and p.name not in used]
+                if not unused:
+                    return
+                for path in unused:  # out of sight first: a crash leaves a temp dir
+                    gone = self.root / f"{NEW_PREFIX}{path.name}-gone-{os.getpid()}"
+                    os.rename(path, gone)
+                    self.parts.mode.remove_tree(gone)
+
+    def _in_use(self) -> set[str]:
+        """Ids of the snapshots whose files something reads."""
+        paths = [p for row in self.parts.store.list_sandboxes() for layer in row.layers
+                 for p in layer.get(SHARED, ())]
+        paths += self.parts.mode.shared_workspaces().values()
+        for snap in self.root.iterdir():
+            for record in (snap / META, snap / DELETED):
+                try:
+                    parent = _read_meta(record)[1]
+                except (OSError, ValueError, KeyError):
+                    continue
+                paths += [p for layer in parent.layers for p in layer.get(SHARED, ())]
+        used = set()
+        for path in paths:
+            parts = Path(path).parts
+            top = self.root.parts
+            if parts[:len(top)] == top and len(parts) > len(top):
+                used.add(parts[len(top)])
+        return used
 
     # forks ------------------------------------------------------------------------------
     def make_from(self, record: SandboxRecord, snapshot_id: str) -> None:
+        checkpoint.criu_binary()
+        # Held until the fork's record and volume name the snapshot's files: no delete
+        # (nor collect) meanwhile; any number of forks at once.
+        with _locked(self._dir() / LOCK, fcntl.LOCK_SH) as held:
+            assert held
+            self._make_from(record, snapshot_id)
+
+    def _make_from(self, record: SandboxRecord, snapshot_id: str) -> None:
         self.source(snapshot_id)
         snap = self.root / snapshot_id
-        checkpoint.criu_binary()
+        files = snap / FILES
+        for index, layer in enumerate(record.layers):
+            upper = files / SYSTEM / "upper" / str(index)
+            if upper.is_dir():
+                layer[SHARED] = [str(upper), *layer.get(SHARED, ())]
 
         def start(row: SandboxRecord) -> None:
-            disk_root = self.parts.mode.attach(row)
-            for part in (SYSTEM, WORKSPACE):
-                _copy_contents(snap / FILES / part, disk_root / part)
+            self.parts.mode.share_workspace(row.volume_id, files / WORKSPACE)
             self.parts.booter.restore(row, snap / IMAGE, fresh_bundle=True)
 
         self.parts.make(record, new_volume=True, final_state=SandboxState.RUNNING,
                         start=start)
+
+
+@contextmanager
+def _locked(path: Path, how: int) -> Iterator[bool]:
+    """flock ``how`` on ``path``; False (not held) when LOCK_NB and someone holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, how)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # releases it
 
 
 def _write_meta(path: Path, info: SnapshotInfo, row: SandboxRecord) -> None:
@@ -191,10 +270,6 @@ def _copy_tree(src: Path, dst: Path) -> None:
     filesystem can. The source is a stopped sandbox's, so nothing changes it meanwhile;
     cp never follows a link in it (-a implies -P)."""
     _cp(["cp", "-a", "--reflink=auto", "--sparse=always", "--", str(src), str(dst)])
-
-
-def _copy_contents(src: Path, dst: Path) -> None:
-    _cp(["cp", "-a", "--reflink=auto", "--sparse=always", "--", f"{src}/.", str(dst)])
 
 
 def _cp(argv: list[str]) -> None:

@@ -122,6 +122,15 @@ class HostMode(Protocol):
 
     def disk_root(self, row: SandboxRecord) -> Path: ...
 
+    def workspace(self, row: SandboxRecord) -> Path:
+        """Attach the disk; where the sandbox's /workspace is on the host."""
+
+    def share_workspace(self, volume_id: str, lower: Path) -> None:
+        """The volume's workspace/ holds the changes to ``lower``, a snapshot's copy."""
+
+    def shared_workspaces(self) -> dict[str, str]:
+        """Volume id -> the snapshot copy its workspace is over, for every such volume."""
+
     def shared_files(self, guest_dir: Path) -> SharedFiles:
         """Where the sandbox's read-only binds of host files come from (as root: a stage
         whose paths say nothing of the host's layout in the sandbox's mountinfo)."""

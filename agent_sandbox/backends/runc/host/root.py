@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from agent_sandbox.service.record import SandboxRecord
 
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
+_LOWER = ".lower"  # beside a volume's image: the snapshot copy its workspace/ is over
 
 
 class RootHost:
@@ -89,6 +90,46 @@ class RootHost:
         disk.attach(self.layout.volume(row.volume_id), root, self.config.host_reserve_mb)
         return root
 
+    def workspace(self, row: SandboxRecord) -> Path:
+        """Where the sandbox's /workspace is on the host: its disk's ``workspace/``, or for
+        a volume made by a fork, that over its snapshot's copy (``share_workspace``)."""
+        root = self.attach(row)
+        lower = self._shared_workspace(row.volume_id)
+        if lower is None:
+            return root / disk.WORKSPACE
+        target = self.layout.sandbox_dir(row.id) / disk.WORKSPACE
+        rootfs.mount_shared_workspace(target, lower, root)
+        return target
+
+    def share_workspace(self, volume_id: str, lower: Path) -> None:
+        """The volume's ``workspace/`` holds only changes to ``lower`` (a snapshot's copy
+        of /workspace, read-only): recorded beside the volume, which is kept with it."""
+        fd = os.open(self._lower_record(volume_id),
+                     os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, str(lower).encode())
+        finally:
+            os.close(fd)
+
+    def shared_workspaces(self) -> dict[str, str]:
+        """Every volume's shared /workspace (``share_workspace``): volume id -> lower."""
+        out = {}
+        for path in self.layout.volumes_dir.glob(f"*{_LOWER}"):
+            try:
+                out[path.name[:-len(_LOWER)]] = path.read_text()
+            except OSError:
+                continue
+        return out
+
+    def _lower_record(self, volume_id: str) -> Path:
+        return self.layout.volumes_dir / f"{volume_id}{_LOWER}"
+
+    def _shared_workspace(self, volume_id: str) -> Path | None:
+        try:
+            return Path(self._lower_record(volume_id).read_text())  # host-written
+        except FileNotFoundError:
+            return None
+
     def shared_files(self, guest_dir: Path) -> SharedFiles:
         return self.stage.files(guest_dir)
 
@@ -128,6 +169,7 @@ class RootHost:
     def teardown(self, row: SandboxRecord, *, keep_volume: bool) -> None:
         sbdir = self.layout.sandbox_dir(row.id)
         rootfs.unmount_rootfs(sbdir / "rootfs")
+        rootfs.unmount_rootfs(sbdir / disk.WORKSPACE)  # a shared one's overlay, on the disk
         mnt = sbdir / "disk"
         if keep_volume and os.path.ismount(mnt):
             self.wipe_system_layer(mnt / disk.SYSTEM)
@@ -137,6 +179,7 @@ class RootHost:
 
     def remove_volume(self, volume_id: str) -> None:
         self.layout.volume(volume_id).unlink(missing_ok=True)
+        self._lower_record(volume_id).unlink(missing_ok=True)
 
     def remove_tree(self, path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)  # fd-based: no link in it is followed

@@ -18,6 +18,7 @@ from agent_sandbox.backends.runc.rootfs import disk
 from agent_sandbox.backends.runc.rootfs import overlay as rootfs
 from agent_sandbox.backends.runc.templates.base import user_copy_base
 from agent_sandbox.config.engine import EngineConfig, Limits
+from agent_sandbox.core.errors import RuntimeUnavailableError
 
 if TYPE_CHECKING:
     from agent_sandbox.backends.runc.runc import Runc
@@ -78,6 +79,15 @@ class RootlessHost:
         root = self.disk_root(row)
         rootless.make_volume(root)
         return root
+
+    def workspace(self, row: SandboxRecord) -> Path:
+        return self.attach(row) / disk.WORKSPACE
+
+    def share_workspace(self, volume_id: str, lower: Path) -> None:
+        raise RuntimeUnavailableError("memory snapshots need the root engine")
+
+    def shared_workspaces(self) -> dict[str, str]:
+        return {}
 
     def shared_files(self, guest_dir: Path) -> SharedFiles:
         # Bound from where they are: a user cannot mount a stage on the host (and the

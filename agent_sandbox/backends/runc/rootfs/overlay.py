@@ -20,7 +20,7 @@ from typing import Any
 from agent_sandbox.backends.runc.host import syscalls
 from agent_sandbox.config.engine import HOST_ID_BASE, HOST_ID_COUNT
 
-_MS_NOSUID, _MS_NODEV = 2, 4
+_MS_NOSUID, _MS_NODEV, _MS_NOATIME = 2, 4, 1024
 _DIR_REF = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -122,9 +122,20 @@ def _layer_dirs(system_dir: Path, index: int) -> tuple[Path, Path]:
     return system_dir / "upper" / str(index), system_dir / "work" / str(index)
 
 
+SHARED = "shared"  # a layer's top lowers already in the sandboxes' ids: no idmapped view
+
+
+def lowers_of(layer: dict[str, Any]) -> list[str]:
+    """Every lower of a layer, top first: the shared ones (a snapshot's system layer, read
+    by its forks) above the template's."""
+    return [*layer.get(SHARED, ()), *layer["lowers"]]
+
+
 def mount_rootfs(rootfs: Path, system_dir: Path, layers: list[dict[str, Any]],
                  views: IdmapViews) -> None:
-    """Mount every layer's overlay under ``rootfs`` (``/`` first, then deeper targets)."""
+    """Mount every layer's overlay under ``rootfs`` (``/`` first, then deeper targets).
+    A layer's ``SHARED`` lowers are host directories of the sandboxes' own ids (copies a
+    snapshot made of a system layer), used as they are, above its template's views."""
     views.prepare([lower for layer in layers for lower in layer["lowers"]])
     rootfs.mkdir(parents=True, exist_ok=True)
     for index in _layer_order(layers):
@@ -137,7 +148,8 @@ def mount_rootfs(rootfs: Path, system_dir: Path, layers: list[dict[str, Any]],
         target = rootfs / layer["target"].lstrip("/")
         if os.path.ismount(target):
             continue
-        dirs = [views.view(lower) for lower in layer["lowers"]] + [str(upper), str(work)]
+        dirs = [*layer.get(SHARED, ()), *(views.view(lower) for lower in layer["lowers"]),
+                str(upper), str(work)]
         # Every layer named by a descriptor of ours: the sandbox reads the options in its
         # mountinfo, and sees /proc/self/fd/N instead of where the host keeps its files.
         fds = [os.open(d, _DIR_REF) for d in dirs]
@@ -166,11 +178,34 @@ def overlay_mounts(system_dir: Path, layers: list[dict[str, Any]]) -> list[dict[
         upper, work = _layer_dirs(system_dir, index)
         for path in (upper, work):
             path.mkdir(parents=True, exist_ok=True)
-        lowers = ":".join(layer["lowers"])
+        lowers = ":".join(lowers_of(layer))
         out.append({"destination": layer["target"], "type": "overlay", "source": "overlay",
                     "options": ["nosuid", "nodev", f"lowerdir={lowers}", f"upperdir={upper}",
                                 f"workdir={work}", "userxattr"]})
     return out
+
+
+def mount_shared_workspace(target: Path, lower: Path, volume_root: Path) -> None:
+    """/workspace of a sandbox started from a snapshot: the snapshot's copy of it
+    (read-only, shared by every fork) under the sandbox's own ``workspace/`` on its disk,
+    which takes every change (and its size limit)."""
+    if os.path.ismount(target):
+        return
+    target.mkdir(mode=0o700, exist_ok=True)
+    work = volume_root / ".workspace-work"  # beside the upper, as overlay needs
+    if not work.is_dir():
+        work.mkdir(mode=0o700)
+    upper = volume_root / "workspace"
+    fds = [os.open(d, _DIR_REF) for d in (lower, upper, work)]
+    try:
+        low, up, wk = (f"/proc/self/fd/{fd}" for fd in fds)
+        # The disk's own flags (disk.py): a checkpoint of either restores onto the other,
+        # and CRIU cannot change the atime flags of a mount locked in the sandbox's userns.
+        syscalls.mount("overlay", str(target), "overlay", _MS_NOSUID | _MS_NODEV | _MS_NOATIME,
+                       f"lowerdir={low},upperdir={up},workdir={wk}")
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def mounts_under(prefix: Path) -> list[str]:
