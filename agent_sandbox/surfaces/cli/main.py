@@ -15,9 +15,9 @@ def main(*args: Any, **kwargs: Any) -> Any:
     from agent_sandbox.surfaces.cli.stdio_launch import exec_server
 
     exec_server(sys.argv[1:])  # returns only when the full CLI must handle the command
-    from agent_sandbox.surfaces.cli.app import app as cli
+    from agent_sandbox.surfaces.cli.app import app_for
 
-    return cli(*args, **kwargs)
+    return app_for(kwargs.get("args") or sys.argv[1:])(*args, **kwargs)
 
 
 # Console scripts installed from earlier checkouts (editable installs) call ``...main:app``.
