@@ -45,16 +45,22 @@ def e2b_sandbox(e2b_env: E2BGateway) -> Iterator[object]:
 
 
 @pytest.fixture(scope="module")
-def ci(e2b_gateway: E2BGateway, code_template: str) -> Iterator[object]:
+def gateway_env(e2b_gateway: E2BGateway) -> Iterator[E2BGateway]:
+    """The SDKs pointed at the gateway as key A, for a whole test module."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in e2b_gateway.env("a").items():
+            mp.setenv(name, value)
+        yield e2b_gateway
+
+
+@pytest.fixture(scope="module")
+def ci(gateway_env: E2BGateway, code_template: str) -> Iterator[object]:
     """``e2b_code_interpreter.Sandbox.create()`` (its default template, code-interpreter-v1)
     as key A, one per test module; the SDK keeps the URLs and key it was created with."""
     from e2b_code_interpreter import Sandbox
 
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in e2b_gateway.env("a").items():
-            mp.setenv(name, value)
-        sb = Sandbox.create(timeout=600)
-        try:
-            yield sb
-        finally:
-            sb.kill()
+    sb = Sandbox.create(timeout=600)
+    try:
+        yield sb
+    finally:
+        sb.kill()

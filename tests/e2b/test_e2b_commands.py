@@ -17,14 +17,6 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def gateway_env(e2b_gateway: E2BGateway) -> Iterator[E2BGateway]:
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in e2b_gateway.env("a").items():
-            mp.setenv(name, value)
-        yield e2b_gateway
-
-
-@pytest.fixture(scope="module")
 def sb(gateway_env: E2BGateway) -> Iterator[Any]:
     from e2b import Sandbox
 

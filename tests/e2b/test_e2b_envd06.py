@@ -21,17 +21,14 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def sb(e2b_gateway: E2BGateway) -> Iterator[Any]:
+def sb(gateway_env: E2BGateway) -> Iterator[Any]:
     from e2b import Sandbox
 
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in e2b_gateway.env("a").items():
-            mp.setenv(name, value)
-        sandbox = Sandbox.create(timeout=300)
-        try:
-            yield sandbox
-        finally:
-            sandbox.kill()
+    sandbox = Sandbox.create(timeout=300)
+    try:
+        yield sandbox
+    finally:
+        sandbox.kill()
 
 
 def test_envd_version_lets_the_sdk_gates_through(sb: Any) -> None:
