@@ -370,10 +370,7 @@ def _expand(ctx: int, context: Path, sources: list[str]) -> list[tuple[str, os.s
                 st = os.fstat(fd)
             finally:
                 os.close(fd)
-            if stat.S_ISLNK(st.st_mode):
-                raise InvalidArgumentError(f"COPY {source}: it is a symlink; copy what it "
-                                           "points to by its own name")
-            out.append((name, st))
+            out.append((name, st))  # a symlink is copied as the link it is, never followed
     return out
 
 
