@@ -8,6 +8,7 @@ import base64
 import os
 import stat
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -85,7 +86,8 @@ def test_a_signed_file_url_is_read_as_envd_reads_it(tmp_path: Path) -> None:
     tokens = AccessTokens(tmp_path)
     token = tokens.for_sandbox("sbx-abcdefghij")
     made = get_signature("a b/ü.txt", "read", "user", token, 60)
-    query = (f"path=a%20b%2F%C3%BC.txt&username=user&signature={made['signature']}"
+    # As the SDK's URL has it (urlencode): a base64 '+' or '/' escaped.
+    query = (f"path=a%20b%2F%C3%BC.txt&username=user&signature={quote(made['signature'], safe='')}"
              f"&signature_expiration={made['expiration']}")
     url = signed_url(_request("GET", "/files", query))
     assert url is not None and url.path == "a b/ü.txt" and url.operation == "read"
