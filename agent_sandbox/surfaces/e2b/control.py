@@ -31,6 +31,7 @@ from agent_sandbox.core.secrets import MAX_SECRETS, SecretInfo
 from agent_sandbox.core.secrets import check_name as check_secret_name
 from agent_sandbox.core.spec import CreateSpec
 from agent_sandbox.core.states import SandboxState
+from agent_sandbox.core.validate import SNAPSHOT_NAME_PATTERN
 from agent_sandbox.surfaces.e2b import envd, tags, templates
 from agent_sandbox.surfaces.e2b.catalog import tags_for
 from agent_sandbox.surfaces.e2b.tokens import AccessTokens
@@ -499,7 +500,7 @@ MAX_FORKS = 20  # E2B's own bound on a fork's count
 
 
 class NewSnapshot(_Body):
-    name: str | None = Field(None, max_length=64)
+    name: str | None = Field(None, pattern=SNAPSHOT_NAME_PATTERN)
 
 
 class Fork(_Body):

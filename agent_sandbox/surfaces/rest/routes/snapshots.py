@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent_sandbox.core.errors import NotFoundError
 from agent_sandbox.core.models import SnapshotInfo
-from agent_sandbox.core.validate import SNAPSHOT_ID_PATTERN
+from agent_sandbox.core.validate import SNAPSHOT_ID_PATTERN, SNAPSHOT_NAME_PATTERN
 from agent_sandbox.surfaces.http.auth import Principal
 from agent_sandbox.surfaces.rest.routes.deps import Caller, SandboxId, State
 
@@ -23,7 +23,9 @@ router = APIRouter(tags=["snapshots"])
 
 class TakeSnapshot(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str | None = Field(None, description="your label for it (up to 64 characters)")
+    name: str | None = Field(None, pattern=SNAPSHOT_NAME_PATTERN,
+                             description="your label for it (up to 64 characters, no control "
+                                         "characters)")
 
 
 @router.post("/v1/sandboxes/{sandbox_id}/snapshots", status_code=201)
