@@ -32,6 +32,8 @@ def test_error_shape_and_statuses(gw: Gateway, sandbox_a: str) -> None:
              "unknown query parameter 'stat': /v1/sandboxes takes state, template"),
             (http.get("/v1/sandboxes", params=[("template", "base"), ("template", "x")]), 400,
              "invalid_argument", "query parameter 'template' given 2 times: give it once"),
+            (http.get("/v1/sandboxes", params={"template": "-1e+188"}), 400,
+             "invalid_argument", "template"),
             (http.delete("/v1/templates"), 405, "invalid_argument", ""),
             (http.get(f"/v1/sandboxes/{sandbox_a}/files/content",
                       params={"path": "/workspace/missing"}), 404, "not_found", ""),

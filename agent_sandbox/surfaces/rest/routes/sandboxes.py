@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Response
 from agent_sandbox.core.metrics import SandboxMetrics
 from agent_sandbox.core.models import SandboxInfo, SandboxLogEntry
 from agent_sandbox.core.spec import CreateSpec
+from agent_sandbox.core.templates import NAME_PATTERN as TEMPLATE_NAME_PATTERN
 from agent_sandbox.surfaces.http.auth import check_network, check_volume
 from agent_sandbox.surfaces.rest.routes.deps import Caller, SandboxId, State
 from agent_sandbox.surfaces.rest.schemas import SANDBOX_STATES, SetNetwork, SetTimeout
@@ -34,7 +35,8 @@ def create_sandbox(body: CreateSpec, state: State, who: Caller) -> SandboxInfo:
 
 
 @router.get("")
-def list_sandboxes(state: State, who: Caller, template: str | None = None,
+def list_sandboxes(state: State, who: Caller,
+                   template: Annotated[str | None, Query(pattern=TEMPLATE_NAME_PATTERN)] = None,
                    state_: Annotated[str | None, Query(alias="state", json_schema_extra={
                        "enum": list(SANDBOX_STATES)})] = None) -> list[SandboxInfo]:
     owner = None if who.admin else who.owner
