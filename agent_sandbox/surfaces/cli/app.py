@@ -107,27 +107,25 @@ def _root(ctx: typer.Context,
         cli_settings()  # read the environment (and ./.env, ~/.abx/config) once, here
 
 
-# Every command, in the order help lists them: a group's module (its ``app``), or a
-# command's module, function and epilog. A command line naming one imports only it:
-# the others' imports and typer's reading of their signatures are ~200 ms of a command.
-_GROUP, _COMMAND = "group", "command"
+# Every command, in the order help lists them: its module, the typer app (a group) or
+# function (a command) in it, and a command's epilog. A command line naming one imports
+# only it: the others' imports and typer's reading of their signatures are ~200 ms.
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "mcp": (_GROUP, "mcp_cmd", ""),
-    "config": (_GROUP, "config_cmd", ""),
-    "sandbox": (_GROUP, "sandbox_cmd", ""),
-    "template": (_GROUP, "template_cmd", ""),
-    "volume": (_GROUP, "volume_cmd", ""),
-    "secrets": (_GROUP, "secrets_cmd", ""),
-    "snapshot": (_GROUP, "snapshot_cmd", ""),
-    "doctor": (_COMMAND, "doctor", "Example: abx doctor --json"),
-    "serve": (_COMMAND, "serve_cmd",
+    "mcp": ("mcp_cmd", "app", ""),
+    "config": ("config_cmd", "app", ""),
+    "sandbox": ("sandbox_cmd", "app", ""),
+    "template": ("template_cmd", "app", ""),
+    "volume": ("volume_cmd", "app", ""),
+    "secrets": ("secrets_cmd", "app", ""),
+    "snapshot": ("snapshot_cmd", "app", ""),
+    "doctor": ("doctor", "doctor", "Example: abx doctor --json"),
+    "serve": ("serve_cmd", "serve",
               "Examples:\n\n  abx serve --port 8080\n\n"
               "  abx serve --host 0.0.0.0 --api-keys-file /etc/abx/keys.db\n\n"
               "  sudo abx serve --unix /run/abx/abx.sock"),
-    "keys": (_GROUP, "keys_cmd", ""),
-    "daemon": (_GROUP, "daemon_cmd", ""),
+    "keys": ("keys_cmd", "app", ""),
+    "daemon": ("daemon_cmd", "app", ""),
 }
-_FUNCTIONS = {"doctor": "doctor", "serve_cmd": "serve"}
 
 
 def app_for(argv: list[str]) -> _App:
@@ -135,12 +133,13 @@ def app_for(argv: list[str]) -> _App:
     named = next((a for a in argv if not a.startswith("-")), None)
     app = _new_app()
     for name in [named] if named in COMMANDS else list(COMMANDS):
-        kind, module_name, epilog = COMMANDS[name]
-        module = importlib.import_module(f"agent_sandbox.surfaces.cli.{module_name}")
-        if kind == _GROUP:
-            app.add_typer(module.app, name=name)
+        module_name, attribute, epilog = COMMANDS[name]
+        found = getattr(importlib.import_module(f"agent_sandbox.surfaces.cli.{module_name}"),
+                        attribute)
+        if isinstance(found, typer.Typer):
+            app.add_typer(found, name=name)
         else:
-            app.command(name=name, epilog=epilog)(getattr(module, _FUNCTIONS[module_name]))
+            app.command(name=name, epilog=epilog)(found)
     return app
 
 
